@@ -1,0 +1,3 @@
+from rest_framework_simplejwt.tokens import AccessToken  # placeholder, replaced by accounts work
+
+__all__ = ["AccessToken"]

@@ -1,0 +1,32 @@
+"""One accessor for the app's knobs: ``settings.RTCAGENT`` merged over these defaults."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+
+DEFAULTS: dict[str, Any] = {
+    # Centrifuge transport
+    "PING_INTERVAL": 25.0,  # seconds between server pings ({}); clients allow +10 s
+    "PONG_TIMEOUT": 10.0,  # a pong must arrive within this after a ping, else close 3012
+    "CONNECT_TIMEOUT": 10.0,  # first command must be connect within this, else close 3501
+    "MAX_FRAME_BYTES": 1024 * 1024,  # larger text frames are refused with disconnect 3501
+    "MAX_COMMANDS_PER_FRAME": 100,
+    "EXPIRED_CLOSE_DELAY": 25.0,  # a connection not refreshed by exp + this is closed (3005)
+    # Topic stream
+    "RECOVERY_LIMIT": 1000,  # at most this many publications are replayed on reconnect
+    "REORDER_WAIT": 1.0,  # how long a hole on the live path may stay before the DB is asked
+    "GAP_GRACE": 2.0,  # an allocated offset older than this with no row is a rolled-back one
+    "HISTORY_MAX_LIMIT": 1000,
+    # RPC paging
+    "PAGE_MAX": 200,
+}
+
+
+def rtc_setting(name: str) -> Any:
+    """Return the knob ``name`` from ``settings.RTCAGENT``, falling back to the default."""
+    overrides = getattr(settings, "RTCAGENT", {})
+    if name in overrides:
+        return overrides[name]
+    return DEFAULTS[name]

@@ -1,0 +1,50 @@
+"""Names of channels, channel-layer groups and Redis keys: defined here and nowhere else.
+
+``tests/test_keys.py`` pins the formats; changing one breaks running clients or stored state.
+"""
+
+from __future__ import annotations
+
+PREFIX = "rtc"
+
+
+def topic_channel(user_id: int) -> str:
+    """Centrifuge channel of a user's durable Update stream."""
+    return f"topic:u={user_id}"
+
+
+def live_channel(user_id: int) -> str:
+    """Centrifuge channel of a user's at-most-once stream (LLM chunks)."""
+    return f"live:u={user_id}"
+
+
+def topic_group(user_id: int) -> str:
+    """Channel-layer group that rings the bell for a user's topic publications."""
+    return f"topic.u.{user_id}"
+
+
+def live_group(user_id: int) -> str:
+    return f"live.u.{user_id}"
+
+
+def user_group(user_id: int) -> str:
+    """Channel-layer group for control messages to all of a user's connections."""
+    return f"user.u.{user_id}"
+
+
+def topic_epoch(user_id: int) -> str:
+    return f"{PREFIX}:topic:{{{user_id}}}:epoch"
+
+
+def topic_offset(user_id: int) -> str:
+    return f"{PREFIX}:topic:{{{user_id}}}:offset"
+
+
+def topic_pending(user_id: int) -> str:
+    """Sorted set of offsets allocated but not yet seen committed (score: allocation time)."""
+    return f"{PREFIX}:topic:{{{user_id}}}:pending"
+
+
+def topic_pending_users() -> str:
+    """Set of user ids that have pending allocations (where the gap filler looks)."""
+    return f"{PREFIX}:topic:pending-users"

@@ -1,0 +1,257 @@
+"""Settings, all from the environment (see ``.env.example``).
+
+With nothing set, rtcagent runs on its embedded default: SQLite under ``var/``, an embedded Valkey
+(``rtcagent.embedded``) and a local object folder. ``DATABASE_URL`` / ``REDIS_URL`` switch to
+PostgreSQL and Redis; the code paths are the same. ``DJANGO_DEBUG=False`` refuses to start
+without a secret key, allowed hosts and ``REDIS_URL``.
+"""
+
+from __future__ import annotations
+
+import secrets
+from datetime import timedelta
+from pathlib import Path
+
+import environ
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+env = environ.Env()
+VAR_DIR = Path(env.str("RTC_VAR_DIR", default=str(BASE_DIR / "var")))
+VAR_DIR.mkdir(parents=True, exist_ok=True)
+
+DEBUG = env.bool("DJANGO_DEBUG", default=True)
+
+
+def _dev_secret_key() -> str:
+    path = VAR_DIR / "secret_key"
+    if not path.exists():
+        path.write_text(secrets.token_urlsafe(50))
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+if not DEBUG:
+    missing = [
+        name
+        for name in ("DJANGO_SECRET_KEY", "DJANGO_ALLOWED_HOSTS", "REDIS_URL")
+        if not env.str(name, default="")
+    ]
+    if missing:
+        raise ImproperlyConfigured(
+            "DJANGO_DEBUG is off, so these must be set: " + ", ".join(missing)
+        )
+
+SECRET_KEY = env.str("DJANGO_SECRET_KEY", default="") or _dev_secret_key()
+ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]"])
+
+INSTALLED_APPS = [
+    "daphne",
+    "admin_interface",
+    "colorfield",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "corsheaders",
+    "channels",
+    "rest_framework",
+    "rest_framework_simplejwt",
+    "drf_spectacular",
+    "apps.accounts",
+    "apps.sessions",
+    "apps.turns",
+    "apps.rtc",
+    "apps.memory",
+    "apps.attachments",
+    "apps.gateway",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "corsheaders.middleware.CorsMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "rtcagent.urls"
+ASGI_APPLICATION = "rtcagent.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- Database -------------------------------------------------------------------------------
+DATABASES = {
+    "default": env.db("DATABASE_URL", default=f"sqlite:///{VAR_DIR / 'db.sqlite3'}"),
+}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # IMMEDIATE transactions take the write lock up front, so concurrent writers queue on the
+    # busy timeout instead of failing with "database is locked" on lock upgrade.
+    DATABASES["default"]["OPTIONS"] = {
+        "timeout": 30,
+        "transaction_mode": "IMMEDIATE",
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    }
+else:
+    DATABASES["default"]["CONN_MAX_AGE"] = env.int("DATABASE_CONN_MAX_AGE", default=0)
+    # django/channels#2176: live-server tests would look for test_test_<name> otherwise.
+    DATABASES["default"]["TEST"] = {"NAME": "test_" + DATABASES["default"]["NAME"]}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- Redis: queue, locks, checkpoints, offsets, channel layer --------------------------------
+REDIS_URL = env.str("REDIS_URL", default="")
+if not REDIS_URL:
+    from rtcagent.embedded import ensure_valkey
+
+    REDIS_URL = ensure_valkey(VAR_DIR)
+    EMBEDDED_VALKEY = True
+else:
+    EMBEDDED_VALKEY = False
+
+CHANNEL_LAYERS = {
+    "default": {
+        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "CONFIG": {"hosts": [REDIS_URL], "prefix": "rtc:layer:", "capacity": 1000},
+    }
+}
+
+# --- Auth -----------------------------------------------------------------------------------
+AUTH_USER_MODEL = "accounts.User"
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+RTC_JWT_ALGORITHM = env.str("RTC_JWT_ALGORITHM", default="RS256")
+if RTC_JWT_ALGORITHM not in ("RS256", "ES256", "EdDSA"):
+    raise ImproperlyConfigured("RTC_JWT_ALGORITHM must be RS256, ES256 or EdDSA")
+RTC_JWT_KEY_DIR = Path(env.str("RTC_JWT_KEY_DIR", default=str(VAR_DIR / "keys")))
+RTC_JWT_ISSUER = env.str("RTC_JWT_ISSUER", default="rtcagent")
+RTC_JWT_AUDIENCE = env.str("RTC_JWT_AUDIENCE", default="rtcagent")
+
+SIMPLE_JWT = {
+    "ACCESS_TOKEN_LIFETIME": timedelta(minutes=env.int("RTC_JWT_ACCESS_MINUTES", default=15)),
+    "REFRESH_TOKEN_LIFETIME": timedelta(days=env.int("RTC_JWT_REFRESH_DAYS", default=14)),
+    "ALGORITHM": RTC_JWT_ALGORITHM,
+    "AUDIENCE": RTC_JWT_AUDIENCE,
+    "ISSUER": RTC_JWT_ISSUER,
+    "LEEWAY": timedelta(seconds=env.int("RTC_JWT_LEEWAY_SECONDS", default=30)),
+    "USER_ID_FIELD": "id",
+    "USER_ID_CLAIM": "sub",
+    "AUTH_TOKEN_CLASSES": ("apps.accounts.tokens.AccessToken",),
+    "TOKEN_OBTAIN_SERIALIZER": "apps.accounts.serializers.TokenObtainPairSerializer",
+    "TOKEN_REFRESH_SERIALIZER": "apps.accounts.serializers.TokenRefreshSerializer",
+    "UPDATE_LAST_LOGIN": True,
+}
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework_simplejwt.authentication.JWTAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_THROTTLE_RATES": {"auth": "30/min"},
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "rtcagent HTTP API",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+}
+
+# --- Origins --------------------------------------------------------------------------------
+RTC_ALLOWED_ORIGINS = env.list(
+    "RTC_ALLOWED_ORIGINS",
+    default=["http://localhost:8000", "http://127.0.0.1:8000"],
+)
+CORS_ALLOWED_ORIGINS = RTC_ALLOWED_ORIGINS
+CSRF_TRUSTED_ORIGINS = RTC_ALLOWED_ORIGINS
+
+# --- Object store ---------------------------------------------------------------------------
+AWS_STORAGE_BUCKET_NAME = env.str("AWS_STORAGE_BUCKET_NAME", default="")
+if AWS_STORAGE_BUCKET_NAME:
+    _default_storage = {
+        "BACKEND": "storages.backends.s3.S3Storage",
+        "OPTIONS": {
+            "bucket_name": AWS_STORAGE_BUCKET_NAME,
+            "endpoint_url": env.str("AWS_S3_ENDPOINT_URL", default=None),
+            "region_name": env.str("AWS_S3_REGION_NAME", default="us-east-1"),
+            "access_key": env.str("AWS_ACCESS_KEY_ID", default=None),
+            "secret_key": env.str("AWS_SECRET_ACCESS_KEY", default=None),
+            "file_overwrite": False,
+            "default_acl": None,
+        },
+    }
+else:
+    _default_storage = {
+        "BACKEND": "django.core.files.storage.FileSystemStorage",
+        "OPTIONS": {"location": str(VAR_DIR / "objects")},
+    }
+STORAGES = {
+    "default": _default_storage,
+    "staticfiles": {
+        "BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"
+        if DEBUG
+        else "whitenoise.storage.CompressedManifestStaticFilesStorage"
+    },
+}
+
+STATIC_URL = "/static/"
+STATIC_ROOT = BASE_DIR / "staticfiles"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+# --- Admin theme ----------------------------------------------------------------------------
+X_FRAME_OPTIONS = "SAMEORIGIN"
+SILENCED_SYSTEM_CHECKS = ["security.W019"]  # django-admin-interface needs SAMEORIGIN frames
+
+# --- Production hardening -------------------------------------------------------------------
+if not DEBUG:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_SSL_REDIRECT = env.bool("DJANGO_SECURE_SSL_REDIRECT", default=True)
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$"]
+    SECURE_HSTS_SECONDS = env.int("DJANGO_HSTS_SECONDS", default=31536000)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_HSTS_PRELOAD = True
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
+    "loggers": {"django.db.backends": {"level": "WARNING"}},
+}
+
+# --- rtcagent knobs (read through rtcagent.conf.rtc_setting) -------------------------------
+RTCAGENT = {
+    "PING_INTERVAL": env.float("RTC_PING_INTERVAL", default=25.0),
+    "PONG_TIMEOUT": env.float("RTC_PONG_TIMEOUT", default=10.0),
+    "MAX_FRAME_BYTES": env.int("RTC_MAX_FRAME_BYTES", default=1024 * 1024),
+}

@@ -1,0 +1,12 @@
+"""HTTP routes (protocol.md §2)."""
+
+from django.contrib import admin
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView
+
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    path("", include("apps.accounts.urls")),
+    path("", include("apps.gateway.urls")),
+    path("api/schema/", SpectacularAPIView.as_view(permission_classes=[]), name="schema"),
+]

@@ -1,0 +1,40 @@
+"""Shared fixtures: real Redis (``REDIS_URL`` or the embedded Valkey) and the real database."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+_emails = itertools.count(1)
+
+
+@pytest.fixture(autouse=True)
+def _clean_redis() -> Iterator[None]:
+    """Every test starts on an empty Redis database (only the selected db index is flushed)."""
+    from rtcagent.redis import get_redis
+
+    get_redis().flushdb()
+    yield
+
+
+@pytest.fixture
+def redis_client() -> Any:
+    from rtcagent.redis import get_redis
+
+    return get_redis()
+
+
+@pytest.fixture
+def make_user(django_db_blocker: Any) -> Callable[..., Any]:
+    """Create a user with a unique email (password ``pw-<email>``)."""
+    from django.contrib.auth import get_user_model
+
+    def make(email: str | None = None, **extra: Any) -> Any:
+        email = email or f"user{next(_emails)}@example.com"
+        with django_db_blocker.unblock():
+            return get_user_model().objects.create_user(email, f"pw-{email}", **extra)
+
+    return make
