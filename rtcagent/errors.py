@@ -42,7 +42,8 @@ class NotFound(RtcError):
     code, slug = 404, "not_found"
 
     def __init__(self, entity: str, entity_id: object = "") -> None:
-        super().__init__(f"{entity} {entity_id} not found".replace("  ", " "), slug=f"{entity}.not_found")
+        text = f"{entity} {entity_id} not found" if entity_id != "" else f"{entity} not found"
+        super().__init__(text, slug=f"{entity}.not_found")
 
 
 class MethodNotFound(RtcError):

@@ -1,7 +1,8 @@
 """The RPC registry: method name -> handler.
 
-Each app owns one ``rpc.py`` module per namespace and registers its handlers with ``@rpc("v1.x.y")``;
-``GatewayConfig.ready()`` imports every app's ``rpc`` module, and a duplicate name fails at start-up.
+Each app owns one ``rpc.py`` module per namespace and registers its handlers with
+``@rpc("v1.x.y")``; ``GatewayConfig.ready()`` imports every app's ``rpc`` module, and a
+duplicate name fails at start-up.
 
 A handler is a *synchronous* function ``(ctx, params) -> dict`` that turns params into one service
 call and the result into plain JSON-able data. The consumer runs it in one

@@ -1,0 +1,61 @@
+"""Publishing: the one function that turns a state change into an Update on the user's topic.
+
+Services call ``publish_update`` inside their ``transaction.atomic()`` block, after their writes.
+It allocates the offset, stores the Update durably and schedules the publication for after
+commit, then returns the Update for the RPC reply. If the transaction rolls back, nothing is
+published and the offset becomes a ``gap`` (see ``apps.gateway.stream``).
+
+``publish_live`` sends to ``live:u=<id>`` through the channel layer: at most once, never for
+anything that must arrive (LLM chunks, whose final text always follows as a topic Update).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+
+from rtcagent import keys
+
+from . import stream
+
+log = logging.getLogger(__name__)
+
+ENTITIES = ("session", "turn", "message", "rtc")
+ACTIONS = ("created", "updated", "deleted")
+
+
+def item(entity: str, action: str, entity_id: object) -> dict[str, str]:
+    """One Update item ``{entity, action, entity_id}``."""
+    if entity not in ENTITIES or action not in ACTIONS:
+        raise ValueError(f"bad update item {entity}/{action}")
+    return {"entity": entity, "action": action, "entity_id": str(entity_id)}
+
+
+def publish_update(
+    *, user_id: int, items: list[dict[str, Any]], data_list: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """Record an Update on ``topic:u=<user_id>`` and publish it after commit.
+
+    Returns ``{id, items, data_list, offset}`` (the same object the topic delivers).
+    """
+    update: dict[str, Any] = {"id": str(uuid.uuid4()), "items": items, "data_list": data_list}
+    stream.store(user_id, update)
+    return update
+
+
+async def apublish_live(user_id: int, data: dict[str, Any]) -> None:
+    await get_channel_layer().group_send(
+        keys.live_group(user_id), {"type": "live.publication", "data": data}
+    )
+
+
+def publish_live(user_id: int, data: dict[str, Any]) -> None:
+    """Best-effort publication on ``live:u=<user_id>`` (dropped when nobody listens)."""
+    try:
+        async_to_sync(apublish_live)(user_id, data)
+    except Exception:
+        log.exception("live publication failed for user %s", user_id)

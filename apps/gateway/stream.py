@@ -1,0 +1,183 @@
+"""Offsets and epochs of each user's topic stream (``topic:u=<id>``).
+
+Invariants:
+
+* Offsets of one epoch are allocated by one Redis script (``INCR``), so they are unique and
+  dense across every web and worker process. The allocation also records the offset in a
+  "pending" sorted set with its time; the offset leaves that set once its row is known to be
+  committed (after-commit hook) or once it was filled with a gap.
+* The epoch lives in Redis next to the counter. If Redis loses them (flushed, restarted empty),
+  the next allocation or read creates a new random epoch with the counter at 0, so a client
+  holding the old epoch can never be told it "recovered" from an unrelated history.
+* A row is in PostgreSQL before anyone is told about its offset. An allocation whose transaction
+  rolled back leaves a hole; ``fill_gaps`` turns allocations older than ``GAP_GRACE`` into ``gap``
+  rows. The unique index on (user, epoch, offset) makes that insert wait for a transaction that
+  is still committing the real row, and lose to it, so a gap never hides a real publication.
+* The *watermark* is the highest offset below which every offset is committed or filled:
+  ``min(pending) - 1``, or the counter when nothing is pending. Connections start live delivery
+  from it, so they never skip an offset that is still in flight.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.db import IntegrityError, transaction
+
+from rtcagent import keys
+from rtcagent.conf import rtc_setting
+from rtcagent.redis import get_redis
+
+from .models import TopicEvent
+
+log = logging.getLogger(__name__)
+
+# KEYS: epoch, offset, pending, pending-users. ARGV: candidate epoch, now, user id, allocate (0/1)
+_POSITION_LUA = """
+local epoch = redis.call('GET', KEYS[1])
+if not epoch then
+  epoch = ARGV[1]
+  redis.call('SET', KEYS[1], epoch)
+  redis.call('DEL', KEYS[2], KEYS[3])
+end
+local off
+if ARGV[4] == '1' then
+  off = redis.call('INCR', KEYS[2])
+  redis.call('ZADD', KEYS[3], ARGV[2], off)
+  redis.call('SADD', KEYS[4], ARGV[3])
+else
+  off = tonumber(redis.call('GET', KEYS[2]) or '0')
+end
+local low = redis.call('ZRANGE', KEYS[3], 0, 0)
+local mark = off
+if ARGV[4] ~= '1' and #low > 0 then mark = tonumber(low[1]) - 1 end
+return {epoch, off, mark}
+"""
+
+
+@dataclass(frozen=True)
+class Position:
+    epoch: str
+    offset: int  # the counter: highest offset allocated in this epoch
+    watermark: int  # every offset <= watermark is committed (or filled with a gap)
+
+
+def _run_position_script(user_id: int, allocate: bool) -> Position:
+    r = get_redis()
+    epoch, off, mark = r.eval(
+        _POSITION_LUA,
+        4,
+        keys.topic_epoch(user_id),
+        keys.topic_offset(user_id),
+        keys.topic_pending(user_id),
+        keys.topic_pending_users(),
+        secrets.token_hex(6),
+        f"{time.time():.6f}",
+        str(user_id),
+        "1" if allocate else "0",
+    )
+    return Position(epoch=str(epoch), offset=int(off), watermark=int(mark))
+
+
+def allocate(user_id: int) -> Position:
+    """Take the next offset of the user's topic (``Position.offset``)."""
+    return _run_position_script(user_id, allocate=True)
+
+
+def position(user_id: int) -> Position:
+    """Current epoch, counter and committed watermark (creates the epoch if Redis lost it)."""
+    return _run_position_script(user_id, allocate=False)
+
+
+def store(user_id: int, data: dict[str, Any]) -> TopicEvent:
+    """Allocate an offset and insert the row, inside the caller's transaction.
+
+    ``data`` (an Update) gets its ``offset`` key set to the allocated offset.
+
+    On the rare race where a slow transaction's offset was already filled with a gap, a fresh
+    offset is taken (in a savepoint) instead of failing the caller's transaction.
+    """
+    for _ in range(5):
+        pos = allocate(user_id)
+        data["offset"] = pos.offset
+        try:
+            with transaction.atomic():
+                event = TopicEvent.objects.create(
+                    user_id=user_id, epoch=pos.epoch, offset=pos.offset, data=data
+                )
+        except IntegrityError:
+            log.warning("topic offset %s/%s was filled before its row; retrying", user_id, pos)
+            continue
+        transaction.on_commit(lambda e=event: ring(e))
+        return event
+    raise RuntimeError("could not allocate a topic offset")
+
+
+def ring(event: TopicEvent) -> None:
+    """After commit: tell the user's connections, then drop the offset from the pending set."""
+    try:
+        async_to_sync(get_channel_layer().group_send)(
+            keys.topic_group(event.user_id),
+            {
+                "type": "topic.publication",
+                "epoch": event.epoch,
+                "offset": event.offset,
+                "data": event.publication(),
+            },
+        )
+    except Exception:  # the bell is best effort: connections also poll the watermark
+        log.exception("topic bell failed for user %s offset %s", event.user_id, event.offset)
+    r = get_redis()
+    r.zrem(keys.topic_pending(event.user_id), event.offset)
+
+
+def read_range(user_id: int, epoch: str, after: int, upto: int) -> list[TopicEvent]:
+    """Rows of ``epoch`` with ``after < offset <= upto``, ascending."""
+    return list(
+        TopicEvent.objects.filter(
+            user_id=user_id, epoch=epoch, offset__gt=after, offset__lte=upto
+        ).order_by("offset")
+    )
+
+
+def fill_gaps(user_id: int, *, grace: float | None = None) -> int:
+    """Turn allocations older than ``grace`` seconds that never committed into ``gap`` rows.
+
+    Each fill is an insert that conflicts on the unique position; on PostgreSQL it waits for a
+    transaction still holding that position, on SQLite for the write lock. Afterwards the row at
+    the position (gap or real) is rung, so connections waiting on the hole move on. Returns the
+    number of positions settled.
+    """
+    grace = rtc_setting("GAP_GRACE") if grace is None else grace
+    r = get_redis()
+    pos = position(user_id)
+    stale = r.zrangebyscore(keys.topic_pending(user_id), "-inf", time.time() - grace)
+    for raw in stale:
+        offset = int(raw)
+        TopicEvent.objects.bulk_create(
+            [
+                TopicEvent(
+                    user_id=user_id, epoch=pos.epoch, offset=offset, kind=TopicEvent.Kind.GAP
+                )
+            ],
+            ignore_conflicts=True,
+        )
+        event = TopicEvent.objects.get(user_id=user_id, epoch=pos.epoch, offset=offset)
+        ring(event)
+    if not r.zcard(keys.topic_pending(user_id)):
+        r.srem(keys.topic_pending_users(), user_id)
+    return len(stale)
+
+
+def fill_all_gaps() -> int:
+    """Sweep every user with pending allocations (run periodically by the worker)."""
+    total = 0
+    for uid in get_redis().smembers(keys.topic_pending_users()):
+        total += fill_gaps(int(uid))
+    return total
