@@ -47,7 +47,7 @@ class NotFound(RtcError):
 
 
 class MethodNotFound(RtcError):
-    code, slug = 405, "method_not_found"
+    code, slug = 104, "method_not_found"  # the Centrifuge reference code for an unknown method
 
 
 class ClientIdConflict(RtcError):

@@ -8,6 +8,7 @@ without a secret key, allowed hosts and ``REDIS_URL``.
 
 from __future__ import annotations
 
+import os
 import secrets
 from datetime import timedelta
 from pathlib import Path
@@ -111,6 +112,8 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "transaction_mode": "IMMEDIATE",
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
     }
+    # A file, not ":memory:", so that servers started by the tests share the test database.
+    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / f"test-{os.getpid()}.sqlite3")}
 else:
     DATABASES["default"]["CONN_MAX_AGE"] = env.int("DATABASE_CONN_MAX_AGE", default=0)
     # django/channels#2176: live-server tests would look for test_test_<name> otherwise.
@@ -254,4 +257,6 @@ RTCAGENT = {
     "PING_INTERVAL": env.float("RTC_PING_INTERVAL", default=25.0),
     "PONG_TIMEOUT": env.float("RTC_PONG_TIMEOUT", default=10.0),
     "MAX_FRAME_BYTES": env.int("RTC_MAX_FRAME_BYTES", default=1024 * 1024),
+    "REORDER_WAIT": env.float("RTC_REORDER_WAIT", default=1.0),
+    "GAP_GRACE": env.float("RTC_GAP_GRACE", default=2.0),
 }

@@ -1,2 +1,7 @@
+from django.urls import path
 
-websocket_urlpatterns: list = []
+from .consumer import GatewayConsumer
+
+websocket_urlpatterns = [
+    path("connection/websocket", GatewayConsumer.as_asgi()),
+]

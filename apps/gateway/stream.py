@@ -137,13 +137,14 @@ def ring(event: TopicEvent) -> None:
     r.zrem(keys.topic_pending(event.user_id), event.offset)
 
 
-def read_range(user_id: int, epoch: str, after: int, upto: int) -> list[TopicEvent]:
-    """Rows of ``epoch`` with ``after < offset <= upto``, ascending."""
-    return list(
-        TopicEvent.objects.filter(
-            user_id=user_id, epoch=epoch, offset__gt=after, offset__lte=upto
-        ).order_by("offset")
-    )
+def read_range(
+    user_id: int, epoch: str, after: int, upto: int, limit: int | None = None
+) -> list[TopicEvent]:
+    """Rows of ``epoch`` with ``after < offset <= upto``, ascending (at most ``limit``)."""
+    rows = TopicEvent.objects.filter(
+        user_id=user_id, epoch=epoch, offset__gt=after, offset__lte=upto
+    ).order_by("offset")
+    return list(rows if limit is None else rows[:limit])
 
 
 def fill_gaps(user_id: int, *, grace: float | None = None) -> int:

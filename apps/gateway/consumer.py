@@ -1,0 +1,401 @@
+"""The realtime gateway: a Centrifuge protocol v2 (JSON) server on ``/connection/websocket``.
+
+One consumer per WebSocket. It decodes frames, authenticates, runs RPC handlers from the
+registry (each in one thread hop, as concurrent tasks), and delivers the user's two server-side
+channels:
+
+* ``topic:u=<id>``: recoverable and positioned. Publications reach the consumer through the
+  channel layer (at most once, possibly out of order when transactions commit out of order);
+  the consumer delivers offsets strictly in order, ``last + 1`` at a time. A hole is first
+  waited for (``REORDER_WAIT``), then read from PostgreSQL, then settled by the gap filler; a
+  hole that stays, or an epoch change, closes the connection with 3010 so the client reconnects
+  and recovers. Every ping tick also compares the committed watermark with ``last``, so a
+  publication whose bell was lost is still delivered.
+* ``live:u=<id>``: not recoverable (LLM chunks).
+
+Nothing is pushed before the connect reply: publications arriving meanwhile are buffered.
+Terminal closes send ``push.disconnect`` first, since Daphne drops close reasons.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from typing import Any
+from urllib.parse import urlsplit
+
+from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+from django.conf import settings
+
+from rtcagent import keys
+from rtcagent.conf import rtc_setting
+from rtcagent.errors import RtcError
+
+from . import protocol as P
+from . import recovery, registry, stream
+from .auth import Identity, TokenRejected, authenticate, user_is_active
+
+log = logging.getLogger(__name__)
+
+MAX_INFLIGHT_RPC = 32
+
+
+def origin_allowed(origin: str, host: str) -> bool:
+    """Browsers must come from an allowed origin or the server's own; non-browsers send none."""
+    if not origin:
+        return True
+    if origin in settings.RTC_ALLOWED_ORIGINS or "*" in settings.RTC_ALLOWED_ORIGINS:
+        return True
+    return urlsplit(origin).netloc == host
+
+
+class GatewayConsumer(AsyncWebsocketConsumer):
+    async def connect(self) -> None:
+        self.identity: Identity | None = None
+        self.client_id = str(uuid.uuid4())
+        self.closed = False
+        self.rpc_tasks: set[asyncio.Task[None]] = set()
+        self.timers: list[asyncio.Task[None]] = []
+        self.groups_joined: list[str] = []
+        self.pre_connect: list[dict[str, Any]] | None = []
+        self.awaiting_pong = False
+        self.topic_epoch = ""
+        self.topic_last = 0
+        self.topic_buffer: dict[int, Any] = {}
+        self.hole_task: asyncio.Task[None] | None = None
+        # Refuse inside the protocol, never with an HTTP 403 (clients retry those forever).
+        await self.accept()
+        headers = dict(self.scope.get("headers") or [])
+        origin = headers.get(b"origin", b"").decode("latin-1")
+        host = headers.get(b"host", b"").decode("latin-1")
+        if not origin_allowed(origin, host):
+            await self.disconnect_with(P.DISCONNECT_PERMISSION_DENIED, "origin not allowed")
+            return
+        self.timers.append(asyncio.create_task(self._connect_deadline()))
+
+    # --- transport ---------------------------------------------------------------------------
+
+    async def send_objs(self, *objs: dict[str, Any]) -> None:
+        if objs and not self.closed:
+            await self.send(text_data=P.encode(*objs))
+
+    async def disconnect_with(self, code: int, reason: str = "") -> None:
+        if self.closed:
+            return
+        reason = (reason or P.DISCONNECT_REASONS.get(code, ""))[:120]
+        with contextlib.suppress(Exception):
+            await self.send(text_data=P.encode(P.disconnect_push(code, reason)))
+        self.closed = True
+        await self.close(code=code, reason=reason)
+        await self._cleanup()
+
+    async def disconnect(self, code: int) -> None:
+        self.closed = True
+        await self._cleanup()
+
+    async def _cleanup(self) -> None:
+        current = asyncio.current_task()
+        for task in [*self.timers, *self.rpc_tasks, self.hole_task]:
+            if task is not None and task is not current:
+                task.cancel()
+        for group in self.groups_joined:
+            with contextlib.suppress(Exception):
+                await self.channel_layer.group_discard(group, self.channel_name)
+        self.groups_joined = []
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        if self.closed:
+            return
+        if text_data is None:
+            await self.disconnect_with(P.DISCONNECT_BAD_REQUEST, "binary frames not supported")
+            return
+        if len(text_data.encode()) > rtc_setting("MAX_FRAME_BYTES"):
+            await self.disconnect_with(P.DISCONNECT_BAD_REQUEST, "frame too large")
+            return
+        try:
+            commands = P.parse_frame(text_data, max_commands=rtc_setting("MAX_COMMANDS_PER_FRAME"))
+            for cmd in commands:
+                if self.closed:
+                    return
+                await self._dispatch(cmd)
+        except P.ProtocolViolation as exc:
+            await self.disconnect_with(exc.code, exc.reason)
+
+    async def _dispatch(self, cmd: P.Command) -> None:
+        if cmd.method == "":
+            self.awaiting_pong = False
+            return
+        if cmd.method == "send":
+            return  # async messages are not used by this server
+        if self.identity is None:
+            if cmd.method != "connect":
+                raise P.ProtocolViolation(reason="bad request: connect first")
+            await self._connect(cmd)
+            return
+        if cmd.method == "connect":
+            raise P.ProtocolViolation(reason="bad request: already connected")
+        if cmd.method == "rpc":
+            if len(self.rpc_tasks) >= MAX_INFLIGHT_RPC:
+                await self.send_objs(
+                    P.error(cmd.id, P.ERR_TOO_MANY_REQUESTS, "too many requests", temporary=True)
+                )
+                return
+            task = asyncio.create_task(self._rpc(cmd))
+            self.rpc_tasks.add(task)
+            task.add_done_callback(self.rpc_tasks.discard)
+        elif cmd.method == "refresh":
+            await self._refresh(cmd)
+        elif cmd.method == "history":
+            task = asyncio.create_task(self._history(cmd))
+            self.rpc_tasks.add(task)
+            task.add_done_callback(self.rpc_tasks.discard)
+        elif cmd.method == "unsubscribe":
+            await self.send_objs(P.reply(cmd.id, "unsubscribe", {}))
+        elif cmd.method == "subscribe":
+            await self.send_objs(
+                P.error(
+                    cmd.id, P.ERR_PERMISSION_DENIED, "permission denied: channels are server-side"
+                )
+            )
+        else:  # publish, presence, presence_stats, sub_refresh, ping
+            await self.send_objs(P.error(cmd.id, P.ERR_NOT_AVAILABLE, "not available"))
+
+    # --- connect / refresh -------------------------------------------------------------------
+
+    async def _connect_deadline(self) -> None:
+        await asyncio.sleep(rtc_setting("CONNECT_TIMEOUT"))
+        if self.identity is None:
+            await self.disconnect_with(P.DISCONNECT_BAD_REQUEST, "bad request: no connect")
+
+    async def _connect(self, cmd: P.Command) -> None:
+        try:
+            identity = authenticate(cmd.params.get("token"))
+        except TokenRejected as exc:
+            if exc.expired:
+                await self.send_objs(P.error(cmd.id, P.ERR_TOKEN_EXPIRED, "token expired"))
+                return
+            await self.disconnect_with(P.DISCONNECT_INVALID_TOKEN)
+            return
+        if not await database_sync_to_async(user_is_active)(identity.user_id):
+            await self.disconnect_with(P.DISCONNECT_INVALID_TOKEN)
+            return
+        uid = identity.user_id
+        for group in (keys.topic_group(uid), keys.live_group(uid), keys.user_group(uid)):
+            await self.channel_layer.group_add(group, self.channel_name)
+            self.groups_joined.append(group)
+        subs = cmd.params.get("subs") if isinstance(cmd.params.get("subs"), dict) else {}
+        topic = keys.topic_channel(uid)
+        try:
+            start = await database_sync_to_async(recovery.topic_start)(uid, subs.get(topic))
+        except Exception:
+            log.exception("topic start failed for user %s", uid)
+            await self.send_objs(
+                P.error(cmd.id, P.ERR_INTERNAL, "internal server error", temporary=True)
+            )
+            return
+        self.identity = identity
+        self.topic_epoch, self.topic_last = start.epoch, start.last
+        result: dict[str, Any] = {
+            "client": self.client_id,
+            "version": "rtcagent/1",
+            "ping": int(rtc_setting("PING_INTERVAL")) or 1,
+            "pong": True,
+            "data": {"user_id": uid},
+            "subs": {
+                topic: start.as_subscribe_result(),
+                keys.live_channel(uid): {"recoverable": False, "positioned": False},
+            },
+        }
+        result.update(self._expiry_fields())
+        await self.send_objs(P.reply(cmd.id, "connect", result))
+        buffered, self.pre_connect = self.pre_connect or [], None
+        for event in buffered:
+            await self._on_group_event(event)
+        self.timers.append(asyncio.create_task(self._ping_loop()))
+        self.timers.append(asyncio.create_task(self._expiry_watch()))
+
+    def _expiry_fields(self) -> dict[str, Any]:
+        assert self.identity is not None
+        if not self.identity.exp:
+            return {}
+        return {"expires": True, "ttl": max(1, int(self.identity.exp - time.time()))}
+
+    async def _refresh(self, cmd: P.Command) -> None:
+        assert self.identity is not None
+        try:
+            identity = authenticate(cmd.params.get("token"))
+        except TokenRejected as exc:
+            code = P.DISCONNECT_EXPIRED if exc.expired else P.DISCONNECT_INVALID_TOKEN
+            await self.disconnect_with(code)
+            return
+        if identity.user_id != self.identity.user_id:
+            await self.disconnect_with(P.DISCONNECT_INVALID_TOKEN, "token of another user")
+            return
+        self.identity = identity
+        await self.send_objs(
+            P.reply(cmd.id, "refresh", {"client": self.client_id, **self._expiry_fields()})
+        )
+
+    async def _expiry_watch(self) -> None:
+        grace = rtc_setting("EXPIRED_CLOSE_DELAY")
+        while self.identity is not None and self.identity.exp:
+            wait = self.identity.exp + grace - time.time()
+            if wait <= 0:
+                await self.disconnect_with(P.DISCONNECT_EXPIRED)
+                return
+            await asyncio.sleep(min(wait, 60))
+
+    # --- ping / pong and watermark poll -------------------------------------------------------
+
+    async def _ping_loop(self) -> None:
+        interval = float(rtc_setting("PING_INTERVAL"))
+        pong_timeout = min(float(rtc_setting("PONG_TIMEOUT")), interval * 0.9)
+        while not self.closed:
+            await asyncio.sleep(interval - pong_timeout)
+            self.awaiting_pong = True
+            await self.send_objs({})
+            await asyncio.sleep(pong_timeout)
+            if self.awaiting_pong:
+                await self.disconnect_with(P.DISCONNECT_NO_PONG)
+                return
+            await self._poll_watermark()
+
+    async def _poll_watermark(self) -> None:
+        assert self.identity is not None
+        pos = await sync_to_async(stream.position, thread_sensitive=False)(self.identity.user_id)
+        if pos.epoch != self.topic_epoch:
+            await self.disconnect_with(P.DISCONNECT_INSUFFICIENT_STATE)
+        elif pos.watermark > self.topic_last and self.hole_task is None:
+            self.hole_task = asyncio.create_task(self._fix_holes(upto=pos.watermark, wait=0))
+
+    # --- topic and live delivery --------------------------------------------------------------
+
+    async def topic_publication(self, event: dict[str, Any]) -> None:
+        await self._on_group_event(event)
+
+    async def live_publication(self, event: dict[str, Any]) -> None:
+        await self._on_group_event(event)
+
+    async def user_disconnect(self, event: dict[str, Any]) -> None:
+        await self.disconnect_with(
+            int(event.get("code", P.DISCONNECT_FORCE)), event.get("reason", "")
+        )
+
+    async def _on_group_event(self, event: dict[str, Any]) -> None:
+        if self.pre_connect is not None:
+            self.pre_connect.append(event)
+            return
+        assert self.identity is not None
+        if event["type"] == "live.publication":
+            await self.send_objs(
+                P.publication_push(keys.live_channel(self.identity.user_id), event["data"])
+            )
+            return
+        if event["epoch"] != self.topic_epoch:
+            await self.disconnect_with(P.DISCONNECT_INSUFFICIENT_STATE)
+            return
+        offset = int(event["offset"])
+        if offset <= self.topic_last:
+            return
+        self.topic_buffer[offset] = event["data"]
+        await self._drain_topic()
+        if self.topic_buffer and self.hole_task is None:
+            self.hole_task = asyncio.create_task(self._fix_holes())
+
+    async def _drain_topic(self) -> None:
+        assert self.identity is not None
+        channel = keys.topic_channel(self.identity.user_id)
+        out = []
+        while self.topic_last + 1 in self.topic_buffer:
+            self.topic_last += 1
+            out.append(
+                P.publication_push(channel, self.topic_buffer.pop(self.topic_last), self.topic_last)
+            )
+        for stale in [o for o in self.topic_buffer if o <= self.topic_last]:
+            del self.topic_buffer[stale]
+        await self.send_objs(*out)
+
+    async def _fix_holes(self, upto: int = 0, wait: float | None = None) -> None:
+        """Fill the hole before the buffered offsets from the database, then from the gap filler."""
+        assert self.identity is not None
+        uid = self.identity.user_id
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + rtc_setting("GAP_GRACE") + 10
+        try:
+            await asyncio.sleep(rtc_setting("REORDER_WAIT") if wait is None else wait)
+            while not self.closed:
+                target = max([upto, *self.topic_buffer])
+                if target <= self.topic_last:
+                    return
+                rows = await database_sync_to_async(stream.read_range)(
+                    uid, self.topic_epoch, self.topic_last, target
+                )
+                for row in rows:
+                    self.topic_buffer.setdefault(row.offset, row.publication())
+                await self._drain_topic()
+                if self.topic_last >= target:
+                    return
+                if loop.time() > deadline:
+                    await self.disconnect_with(P.DISCONNECT_INSUFFICIENT_STATE)
+                    return
+                await database_sync_to_async(stream.fill_gaps)(uid)
+                await asyncio.sleep(0.5)
+        finally:
+            self.hole_task = None
+
+    # --- rpc and history ---------------------------------------------------------------------
+
+    async def _rpc(self, cmd: P.Command) -> None:
+        assert self.identity is not None
+        method = cmd.params.get("method")
+        try:
+            if not isinstance(method, str):
+                raise P.ProtocolViolation(reason="bad request: rpc method must be a string")
+            handler = registry.get_handler(method)
+            ctx = registry.RpcContext(
+                user_id=self.identity.user_id,
+                client=self.client_id,
+                device_id=self.identity.device_id,
+            )
+            data = cmd.params.get("data")
+            result = await database_sync_to_async(handler)(ctx, {} if data is None else data)
+            await self.send_objs(P.reply(cmd.id, "rpc", {"data": result}))
+        except P.ProtocolViolation as exc:
+            await self.disconnect_with(exc.code, exc.reason)
+        except RtcError as exc:
+            await self.send_objs(P.app_error(cmd.id, exc))
+        except Exception:
+            log.exception("rpc %s failed", method)
+            await self.send_objs(
+                P.error(cmd.id, P.ERR_INTERNAL, "internal server error", temporary=True)
+            )
+
+    async def _history(self, cmd: P.Command) -> None:
+        assert self.identity is not None
+        uid = self.identity.user_id
+        if cmd.params.get("channel") != keys.topic_channel(uid):
+            await self.send_objs(P.error(cmd.id, P.ERR_PERMISSION_DENIED, "permission denied"))
+            return
+        limit = cmd.params.get("limit", 0)
+        since = cmd.params.get("since")
+        if not isinstance(limit, int) or (since is not None and not isinstance(since, dict)):
+            await self.send_objs(P.error(cmd.id, P.ERR_BAD_REQUEST, "bad request"))
+            return
+        since_pos = None
+        if since:
+            since_pos = (int(since.get("offset", 0) or 0), str(since.get("epoch", "")))
+        try:
+            result = await database_sync_to_async(recovery.history)(
+                uid, since=since_pos, limit=limit
+            )
+        except LookupError:
+            await self.send_objs(
+                P.error(cmd.id, P.ERR_UNRECOVERABLE_POSITION, "unrecoverable position")
+            )
+            return
+        await self.send_objs(P.reply(cmd.id, "history", result))

@@ -1,0 +1,100 @@
+"""Where a (re)connecting client's topic subscription starts, and what it missed.
+
+Synchronous (Redis + ORM); the consumer calls these through one thread hop each.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from rtcagent.conf import rtc_setting
+
+from . import stream
+
+
+@dataclass
+class TopicStart:
+    """The subscribe result for ``topic:u=<id>`` and the offset live delivery continues from."""
+
+    epoch: str
+    last: int
+    was_recovering: bool = False
+    recovered: bool = False
+    publications: list[dict[str, Any]] = field(default_factory=list)
+
+    def as_subscribe_result(self) -> dict[str, Any]:
+        result: dict[str, Any] = {
+            "recoverable": True,
+            "positioned": True,
+            "epoch": self.epoch,
+            "offset": self.last,
+            "was_recovering": self.was_recovering,
+            "recovered": self.recovered,
+        }
+        if self.recovered and self.publications:
+            result["publications"] = self.publications
+        return result
+
+
+def _hint_position(hint: Any) -> tuple[int, str] | None:
+    """``(offset, epoch)`` from a client's ``subs[channel]``, or None when it asks nothing."""
+    if not isinstance(hint, dict) or not hint.get("recover"):
+        return None
+    offset = hint.get("offset", 0)
+    epoch = hint.get("epoch", "")
+    if isinstance(offset, bool) or not isinstance(offset, int) or not isinstance(epoch, str):
+        return (-1, "")
+    return (offset, epoch)
+
+
+def topic_start(user_id: int, hint: Any) -> TopicStart:
+    """Decide recovery for the user's topic (Centrifuge semantics, see docs/protocol.md §3).
+
+    Recovered only when the epoch matches (an empty or ``_`` epoch never does) and every
+    publication after the client's offset up to the watermark is still stored and within
+    ``RECOVERY_LIMIT``; otherwise ``recovered: false`` and the client reloads its state.
+    """
+    stream.fill_gaps(user_id)
+    pos = stream.position(user_id)
+    start = TopicStart(epoch=pos.epoch, last=pos.watermark)
+    asked = _hint_position(hint)
+    if asked is None:
+        return start
+    start.was_recovering = True
+    offset, epoch = asked
+    if epoch != pos.epoch or offset < 0 or offset > pos.offset:
+        return start
+    if offset >= pos.watermark:
+        # Everything up to the client's offset was delivered; newer offsets are in flight.
+        start.last, start.recovered = offset, True
+        return start
+    if pos.watermark - offset > rtc_setting("RECOVERY_LIMIT"):
+        return start
+    rows = stream.read_range(user_id, pos.epoch, offset, pos.watermark)
+    if len(rows) != pos.watermark - offset:
+        return start  # history was pruned or lost
+    start.recovered = True
+    start.publications = [{"data": row.publication(), "offset": row.offset} for row in rows]
+    return start
+
+
+def history(user_id: int, *, since: tuple[int, str] | None, limit: int) -> dict[str, Any]:
+    """The ``history`` command on the user's topic: position, and publications after ``since``.
+
+    Raises ``LookupError`` when ``since`` names another epoch (the reply is error 112).
+    """
+    pos = stream.position(user_id)
+    result: dict[str, Any] = {"epoch": pos.epoch, "offset": pos.watermark, "publications": []}
+    if limit == 0:
+        return result
+    after = 0
+    if since is not None:
+        after, epoch = since
+        if epoch != pos.epoch:
+            raise LookupError("unrecoverable position")
+    cap = rtc_setting("HISTORY_MAX_LIMIT")
+    limit = cap if limit < 0 else min(limit, cap)
+    rows = stream.read_range(user_id, pos.epoch, after, pos.watermark, limit)
+    result["publications"] = [{"data": r.publication(), "offset": r.offset} for r in rows]
+    return result
