@@ -133,7 +133,13 @@ else:
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [REDIS_URL], "prefix": "rtc:layer:", "capacity": 1000},
+        "CONFIG": {
+            # redis-py 8 defaults to a 5 s socket timeout, the same as channels-redis's blocking
+            # BZPOPMIN, so an idle consumer would die with "Timeout reading"; give it room.
+            "hosts": [{"address": REDIS_URL, "socket_timeout": 30}],
+            "prefix": "rtc:layer:",
+            "capacity": 1000,
+        },
     }
 }
 
@@ -150,6 +156,7 @@ RTC_JWT_ALGORITHM = env.str("RTC_JWT_ALGORITHM", default="RS256")
 if RTC_JWT_ALGORITHM not in ("RS256", "ES256", "EdDSA"):
     raise ImproperlyConfigured("RTC_JWT_ALGORITHM must be RS256, ES256 or EdDSA")
 RTC_JWT_KEY_DIR = Path(env.str("RTC_JWT_KEY_DIR", default=str(VAR_DIR / "keys")))
+RTC_JWT_PRIVATE_KEY = env.str("RTC_JWT_PRIVATE_KEY", default="")  # PEM; else generated in KEY_DIR
 RTC_JWT_ISSUER = env.str("RTC_JWT_ISSUER", default="rtcagent")
 RTC_JWT_AUDIENCE = env.str("RTC_JWT_AUDIENCE", default="rtcagent")
 

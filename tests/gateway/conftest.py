@@ -81,13 +81,13 @@ class Recorder(ClientEventHandler):
     def subscribed(self, channel: str) -> list[ServerSubscribedContext]:
         return [c for c in self.of("subscribed") if c.channel == channel]
 
-    async def wait_for(self, cond: Any, timeout: float = 10.0) -> None:
+    async def wait_for(self, cond: Any, within: float = 10.0) -> None:
         async def loop() -> None:
             while not cond():
                 self.changed.clear()
                 await self.changed.wait()
 
-        await asyncio.wait_for(loop(), timeout)
+        await asyncio.wait_for(loop(), within)
 
 
 def make_client(server: LiveServer, token: str = "", **kwargs: Any) -> tuple[Client, Recorder]:

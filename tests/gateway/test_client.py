@@ -144,7 +144,7 @@ async def test_lost_offset_state_gives_a_new_epoch_and_recovered_false(
 
 async def test_rpc_unknown_method_is_an_error_and_the_connection_stays(gateway, make_user) -> None:
     user = await sync_to_async(make_user)()
-    client, rec = make_client(gateway, issue_access_token(user))
+    client, _rec = make_client(gateway, issue_access_token(user))
     await client.connect()
     try:
         with pytest.raises(ReplyError) as err:

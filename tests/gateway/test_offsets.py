@@ -1,0 +1,94 @@
+"""Offsets stay contiguous and unique with several processes publishing at once."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from apps.gateway import stream
+from apps.gateway.models import TopicEvent
+from tests.livesrv import ROOT, child_env
+
+pytestmark = [pytest.mark.django_db(transaction=True)]
+
+
+def _run_publishers(user_id: int, per_process: int, rollback_every: int) -> None:
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "tests.gateway.publisher", str(user_id), str(per_process),
+             str(rollback_every), f"p{n}"],
+            cwd=ROOT,
+            env=child_env(),
+        )
+        for n in range(3)
+    ]
+    for proc in procs:
+        assert proc.wait(300) == 0
+
+
+def _positions(user_id: int) -> list[tuple[int, str, dict]]:
+    return list(
+        TopicEvent.objects.filter(user_id=user_id)
+        .order_by("offset")
+        .values_list("offset", "kind", "data")
+    )
+
+
+def test_three_processes_publish_1000_updates_with_contiguous_offsets(make_user) -> None:
+    user = make_user()
+    _run_publishers(user.id, per_process=334, rollback_every=0)
+    rows = _positions(user.id)
+    assert [r[0] for r in rows] == list(range(1, 1003))
+    assert {r[1] for r in rows} == {"update"}
+    assert all(r[2]["offset"] == r[0] for r in rows)
+    tags = sorted((d["data_list"][0]["tag"], d["data_list"][0]["i"]) for _, _, d in rows)
+    assert tags == sorted((f"p{n}", i) for n in range(3) for i in range(334))
+    assert stream.position(user.id).watermark == 1002
+
+
+def test_rolled_back_allocations_become_gaps(make_user) -> None:
+    user = make_user()
+    _run_publishers(user.id, per_process=100, rollback_every=7)  # 14 of each 100 roll back
+    before = _positions(user.id)
+    assert len(before) == 3 * (100 - 14)
+    assert stream.position(user.id).watermark < 300  # holes hold the watermark back
+
+    time.sleep(0.2)
+    filled = stream.fill_gaps(user.id, grace=0.1)
+    assert filled == 3 * 14
+    rows = _positions(user.id)
+    assert [r[0] for r in rows] == list(range(1, 301))
+    gaps = [r for r in rows if r[1] == "gap"]
+    assert len(gaps) == 42 and all(r[2] == {} for r in gaps)
+    assert stream.position(user.id).watermark == 300
+    # every surviving update kept its own offset: nothing was overwritten by a gap
+    assert {(r[0], r[2]["offset"]) for r in rows if r[1] == "update"} == {
+        (r[0], r[0]) for r in before
+    }
+
+
+def test_a_gap_never_replaces_a_row_still_being_committed(make_user) -> None:
+    from django.db import transaction
+
+    user = make_user()
+    with transaction.atomic():
+        from apps.gateway.events import item, publish_update
+
+        publish_update(user_id=user.id, items=[item("session", "updated", 1)], data_list=[])
+        # offset 1 is allocated and inserted but not committed; an eager gap filler in another
+        # process must wait for this transaction rather than claim the offset.
+        filler = subprocess.Popen(
+            [sys.executable, "-c",
+             "import django; django.setup(); from apps.gateway import stream; "
+             f"print(stream.fill_gaps({user.id}, grace=0))"],
+            cwd=ROOT, env=child_env(), stdout=subprocess.PIPE, text=True,
+        )
+        time.sleep(1.0)
+        assert filler.poll() is None, "the filler waits on the uncommitted row"
+    filler.communicate(timeout=60)
+    assert filler.returncode == 0
+    rows = _positions(user.id)
+    assert [(r[0], r[1]) for r in rows] == [(1, "update")]
