@@ -1,0 +1,37 @@
+"""Health endpoints: liveness and readiness (database, Redis, object store)."""
+
+from __future__ import annotations
+
+import logging
+
+from django.core.files.storage import default_storage
+from django.db import connection
+from django.http import HttpRequest, JsonResponse
+from django.views.decorators.http import require_GET
+
+from rtcagent.redis import get_redis
+
+log = logging.getLogger(__name__)
+
+
+@require_GET
+def healthz(request: HttpRequest) -> JsonResponse:
+    return JsonResponse({"status": "ok"})
+
+
+@require_GET
+def readyz(request: HttpRequest) -> JsonResponse:
+    checks: dict[str, str] = {}
+    for name, probe in (
+        ("database", lambda: connection.cursor().execute("SELECT 1")),
+        ("redis", lambda: get_redis().ping()),
+        ("objects", lambda: default_storage.exists("healthcheck")),
+    ):
+        try:
+            probe()
+            checks[name] = "ok"
+        except Exception as exc:  # reported, never raised: this is the health endpoint
+            log.warning("readiness check %s failed: %s", name, type(exc).__name__)
+            checks[name] = "unavailable"
+    ok = all(v == "ok" for v in checks.values())
+    return JsonResponse({"status": "ok" if ok else "unavailable", **checks}, status=200 if ok else 503)

@@ -1,0 +1,64 @@
+"""Settings guards, the deploy check and the names pinned in rtcagent.keys."""
+
+from __future__ import annotations
+
+import secrets
+import subprocess
+import sys
+
+import pytest
+from django.test import Client
+
+from rtcagent import keys
+from tests.livesrv import ROOT, child_env
+
+
+def _manage(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    base = child_env()
+    for name in ("DJANGO_SECRET_KEY", "DJANGO_ALLOWED_HOSTS", "REDIS_URL", "DJANGO_DEBUG"):
+        base.pop(name, None)
+    base.update(env)
+    return subprocess.run(  # noqa: S603
+        [sys.executable, "manage.py", *args], cwd=ROOT, env=base,
+        capture_output=True, text=True, timeout=120,
+    )
+
+
+def test_production_refuses_to_start_without_secret_hosts_and_redis() -> None:
+    result = _manage("check", DJANGO_DEBUG="False")
+    assert result.returncode != 0
+    assert (
+        "DJANGO_DEBUG is off, so these must be set: DJANGO_SECRET_KEY, DJANGO_ALLOWED_HOSTS, "
+        "REDIS_URL"
+    ) in result.stderr
+
+
+def test_check_deploy_is_clean_under_production_settings(settings) -> None:
+    result = _manage(
+        "check", "--deploy", "--fail-level", "WARNING",
+        DJANGO_DEBUG="False",
+        DJANGO_SECRET_KEY=secrets.token_urlsafe(50),
+        DJANGO_ALLOWED_HOSTS="agent.example.com",
+        REDIS_URL=settings.REDIS_URL,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "System check identified no issues" in result.stdout
+
+
+def test_channel_and_key_names_are_pinned() -> None:
+    assert keys.topic_channel(7) == "topic:u=7"
+    assert keys.live_channel(7) == "live:u=7"
+    assert keys.topic_group(7) == "topic.u.7"
+    assert keys.live_group(7) == "live.u.7"
+    assert keys.topic_epoch(7) == "rtc:topic:{7}:epoch"
+    assert keys.topic_offset(7) == "rtc:topic:{7}:offset"
+    assert keys.topic_pending(7) == "rtc:topic:{7}:pending"
+
+
+@pytest.mark.django_db
+def test_health_endpoints_report_the_real_services() -> None:
+    client = Client()
+    assert client.get("/healthz").json() == {"status": "ok"}
+    ready = client.get("/readyz")
+    assert ready.status_code == 200
+    assert ready.json() == {"status": "ok", "database": "ok", "redis": "ok", "objects": "ok"}
