@@ -18,7 +18,7 @@ def _manage(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     for name in ("DJANGO_SECRET_KEY", "DJANGO_ALLOWED_HOSTS", "REDIS_URL", "DJANGO_DEBUG"):
         base.pop(name, None)
     base.update(env)
-    return subprocess.run(  # noqa: S603
+    return subprocess.run(
         [sys.executable, "manage.py", *args], cwd=ROOT, env=base,
         capture_output=True, text=True, timeout=120,
     )

@@ -34,4 +34,5 @@ def readyz(request: HttpRequest) -> JsonResponse:
             log.warning("readiness check %s failed: %s", name, type(exc).__name__)
             checks[name] = "unavailable"
     ok = all(v == "ok" for v in checks.values())
-    return JsonResponse({"status": "ok" if ok else "unavailable", **checks}, status=200 if ok else 503)
+    body = {"status": "ok" if ok else "unavailable", **checks}
+    return JsonResponse(body, status=200 if ok else 503)
