@@ -115,9 +115,7 @@ def message_text(message: dict[str, Any]) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "".join(
-            str(part.get("text", "")) for part in content if isinstance(part, dict)
-        )
+        return "".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
     return ""
 
 

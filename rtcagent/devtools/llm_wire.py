@@ -46,7 +46,9 @@ def finish_reason(reply: dict[str, Any]) -> str:
 def usage_for(reply: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:
     """The usage object: the reply's numbers, else rough estimates (4 characters a token)."""
     given = reply.get("usage") or {}
-    prompt_text = "".join(message_text(m) for m in body.get("messages") or [] if isinstance(m, dict))
+    prompt_text = "".join(
+        message_text(m) for m in body.get("messages") or [] if isinstance(m, dict)
+    )
     output = reply.get("content", "") + "".join(c["args"] for c in reply.get("tool_calls", []))
     reasoning = given.get("reasoning_tokens", _estimate_tokens(reply.get("reasoning", "")))
     prompt = given.get("prompt_tokens", _estimate_tokens(prompt_text))
@@ -55,7 +57,10 @@ def usage_for(reply: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
-        "prompt_tokens_details": {"cached_tokens": given.get("cached_tokens", 0), "audio_tokens": 0},
+        "prompt_tokens_details": {
+            "cached_tokens": given.get("cached_tokens", 0),
+            "audio_tokens": 0,
+        },
         "completion_tokens_details": {
             "reasoning_tokens": reasoning,
             "audio_tokens": 0,
@@ -73,7 +78,8 @@ def completion(reply: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:
     """A non-streaming ``chat.completion`` object."""
     message: dict[str, Any] = {
         "role": "assistant",
-        "content": reply.get("content") if reply.get("content") or not reply.get("tool_calls")
+        "content": reply.get("content")
+        if reply.get("content") or not reply.get("tool_calls")
         else None,
         "refusal": None,
         "annotations": [],
@@ -84,7 +90,11 @@ def completion(reply: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:
         message["reasoning_content"] = reply["reasoning"]
     if reply.get("tool_calls"):
         message["tool_calls"] = [
-            {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["args"]}}
+            {
+                "id": c["id"],
+                "type": "function",
+                "function": {"name": c["name"], "arguments": c["args"]},
+            }
             for c in reply["tool_calls"]
         ]
     return {
@@ -93,7 +103,12 @@ def completion(reply: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:
         "created": int(time.time()),
         "model": body.get("model", "scripted"),
         "choices": [
-            {"index": 0, "message": message, "logprobs": None, "finish_reason": finish_reason(reply)}
+            {
+                "index": 0,
+                "message": message,
+                "logprobs": None,
+                "finish_reason": finish_reason(reply),
+            }
         ],
         "usage": usage_for(reply, body),
         "service_tier": "default",
@@ -116,9 +131,9 @@ def stream_chunks(
     }
 
     def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
-        out = dict(base, choices=[
-            {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
-        ])
+        out = dict(
+            base, choices=[{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]
+        )
         if include_usage:
             out["usage"] = None
         return out
@@ -129,12 +144,18 @@ def stream_chunks(
     for piece in _pieces(reply.get("content", ""), chunk_size):
         yield chunk({"content": piece})
     for index, call in enumerate(reply.get("tool_calls", [])):
-        yield chunk({"tool_calls": [{
-            "index": index,
-            "id": call["id"],
-            "type": "function",
-            "function": {"name": call["name"], "arguments": ""},
-        }]})
+        yield chunk(
+            {
+                "tool_calls": [
+                    {
+                        "index": index,
+                        "id": call["id"],
+                        "type": "function",
+                        "function": {"name": call["name"], "arguments": ""},
+                    }
+                ]
+            }
+        )
         for piece in _pieces(call["args"], chunk_size):
             yield chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
     yield chunk({}, finish_reason(reply))

@@ -1,0 +1,291 @@
+"""The LLM port (a stream of small events) and its OpenAI Chat Completions adapter.
+
+The engine depends on ``ChatModel`` and the event dataclasses only; ``OpenAIChat`` is the one
+place in the code base that talks to ``openai`` (imported lazily, so importing the port costs
+nothing and the engine's tests with in-memory fakes stay fast).
+
+Invariants of ``ChatModel.stream``:
+
+* Events come in this order: any number of ``ReasoningDelta`` / ``TextDelta`` as they arrive;
+  then, after the provider's stream ended, every ``ToolCall`` complete and in index order; then
+  ``Usage`` when the provider reported it; ``Finish`` is always the last event.
+* Failures are raised as ``LLMError`` (see ``apps.turns.llm_errors``), never as provider
+  exceptions. A failure after a ``Finish``-less end of stream is a ``stream`` error.
+* Retries: only transient failures (``LLMError.retryable``: timeouts, connection errors, 429,
+  5xx, broken streams), at most ``max_attempts`` attempts in total, with exponential backoff and
+  jitter (a ``Retry-After`` header is honoured up to ``backoff_max``), and only while nothing has
+  been yielded yet, so a consumer never sees a repeated delta.
+* Cancellation: ``should_cancel`` is polled before the request, between chunks and during
+  backoff; when it returns True the HTTP response is closed at once and ``Cancelled`` is raised.
+  While the provider sends nothing the read timeout bounds how long a cancel waits.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from apps.turns.llm_errors import LLMError, MissingAPIKey, StreamBroken, classify
+
+if TYPE_CHECKING:
+    import openai
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MODEL = "gpt-4.1-mini"
+DEFAULT_TIMEOUT = 60.0
+DEFAULT_MAX_ATTEMPTS = 3
+
+
+@dataclass(frozen=True, slots=True)
+class TextDelta:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReasoningDelta:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: str  # the JSON text as the model wrote it ("{}" when it wrote nothing)
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+    total_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    reason: str  # "stop", "tool_calls", "length", "content_filter"
+
+
+Event = TextDelta | ReasoningDelta | ToolCall | Usage | Finish
+
+
+class Cancelled(Exception):
+    """``should_cancel`` returned True; the HTTP response was closed."""
+
+
+class ChatModel(Protocol):
+    """The port: stream one model answer for ``messages`` (Chat Completions format)."""
+
+    def stream(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        *,
+        should_cancel: Callable[[], bool] | None = None,
+    ) -> Iterator[Event]: ...
+
+
+class OpenAIChat:
+    """``ChatModel`` over any OpenAI-compatible ``/chat/completions`` endpoint."""
+
+    def __init__(
+        self,
+        *,
+        api_key: str,
+        model: str = DEFAULT_MODEL,
+        base_url: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        connect_timeout: float = 10.0,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        backoff_base: float = 0.5,
+        backoff_max: float = 8.0,
+    ) -> None:
+        self.api_key = api_key or ""
+        self.model = model
+        self.base_url = base_url or None
+        self.timeout = timeout
+        self.connect_timeout = connect_timeout
+        self.max_attempts = max(1, max_attempts)
+        self.backoff_base = backoff_base
+        self.backoff_max = backoff_max
+        self._client: openai.OpenAI | None = None
+
+    @classmethod
+    def from_settings(cls, **overrides: Any) -> OpenAIChat:
+        """Build from ``OPENAI_API_KEY``, ``OPENAI_BASE_URL``, ``RTC_MODEL``, ``RTC_LLM_TIMEOUT``
+        and ``RTC_LLM_MAX_ATTEMPTS`` in Django settings (keyword ``overrides`` win)."""
+        from django.conf import settings
+
+        options: dict[str, Any] = {
+            "api_key": getattr(settings, "OPENAI_API_KEY", "") or "",
+            "base_url": getattr(settings, "OPENAI_BASE_URL", "") or None,
+            "model": getattr(settings, "RTC_MODEL", "") or DEFAULT_MODEL,
+            "timeout": float(getattr(settings, "RTC_LLM_TIMEOUT", DEFAULT_TIMEOUT)),
+            "max_attempts": int(getattr(settings, "RTC_LLM_MAX_ATTEMPTS", DEFAULT_MAX_ATTEMPTS)),
+        }
+        options.update(overrides)
+        return cls(**options)
+
+    # -- public -----------------------------------------------------------------------------
+
+    def stream(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        *,
+        should_cancel: Callable[[], bool] | None = None,
+    ) -> Iterator[Event]:
+        """Stream one answer; see the module docstring for order, retries and cancellation."""
+        cancelled = should_cancel or (lambda: False)
+        attempt = 0
+        while True:
+            attempt += 1
+            yielded = False
+            events = self._attempt(messages, tools, cancelled)
+            try:
+                for event in events:
+                    yielded = True
+                    yield event
+                return
+            except (Cancelled, LLMError):
+                raise
+            except Exception as exc:
+                error = classify(exc, secrets=[self.api_key])
+                if not error.retryable or yielded or attempt >= self.max_attempts:
+                    raise error from exc
+                delay = self._backoff(attempt, error.retry_after)
+                logger.warning(
+                    "LLM attempt %d/%d failed (%s), retrying in %.2fs: %s",
+                    attempt,
+                    self.max_attempts,
+                    error.category,
+                    delay,
+                    error.raw_error,
+                )
+                self._sleep(delay, cancelled)
+            finally:
+                events.close()  # a consumer that stops early closes the HTTP response now
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _get_client(self) -> openai.OpenAI:
+        if not self.api_key:
+            raise classify(MissingAPIKey("no API key configured"))
+        if self._client is None:
+            import openai
+
+            self._client = openai.OpenAI(
+                api_key=self.api_key,
+                base_url=self.base_url,
+                timeout=openai.Timeout(
+                    self.timeout, connect=min(self.timeout, self.connect_timeout)
+                ),
+                max_retries=0,  # retries are ours: bounded, and never after a yielded delta
+            )
+        return self._client
+
+    def _backoff(self, attempt: int, retry_after: float | None) -> float:
+        delay = min(self.backoff_max, self.backoff_base * 2 ** (attempt - 1))
+        delay *= 0.5 + random.random() / 2
+        if retry_after is not None:
+            delay = max(delay, min(retry_after, self.backoff_max))
+        return delay
+
+    @staticmethod
+    def _sleep(delay: float, cancelled: Callable[[], bool]) -> None:
+        deadline = time.monotonic() + delay
+        while True:
+            if cancelled():
+                raise Cancelled()
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            time.sleep(min(left, 0.05))
+
+    def _attempt(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        cancelled: Callable[[], bool],
+    ) -> Iterator[Event]:
+        import openai
+
+        if cancelled():
+            raise Cancelled()
+        client = self._get_client()
+        kwargs: dict[str, Any] = {
+            "model": self.model,
+            "messages": messages,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if tools:
+            kwargs["tools"] = tools
+        response = client.chat.completions.create(**kwargs)
+        calls: dict[int, dict[str, Any]] = {}
+        finish: str | None = None
+        usage: Usage | None = None
+        try:
+            chunks = iter(response)
+            while True:
+                try:
+                    chunk = next(chunks)
+                except StopIteration:
+                    break
+                except ValueError as exc:  # json.JSONDecodeError: a garbled event
+                    raise StreamBroken("the answer stream could not be parsed") from exc
+                except openai.APITimeoutError:
+                    raise
+                except openai.APIConnectionError as exc:
+                    raise StreamBroken("the connection dropped mid-answer") from exc
+                if cancelled():
+                    raise Cancelled()
+                if chunk.usage is not None:
+                    details = chunk.usage.prompt_tokens_details
+                    usage = Usage(
+                        prompt_tokens=chunk.usage.prompt_tokens or 0,
+                        completion_tokens=chunk.usage.completion_tokens or 0,
+                        cached_tokens=(details.cached_tokens or 0) if details else 0,
+                        total_tokens=chunk.usage.total_tokens or 0,
+                    )
+                for choice in chunk.choices:
+                    if choice.index != 0:
+                        continue
+                    delta = choice.delta
+                    extra = delta.model_extra or {}
+                    # DeepSeek/vLLM call it reasoning_content, OpenRouter and newer vLLM reasoning.
+                    reasoning = extra.get("reasoning_content") or extra.get("reasoning")
+                    if isinstance(reasoning, str) and reasoning:
+                        yield ReasoningDelta(reasoning)
+                    if delta.content:
+                        yield TextDelta(delta.content)
+                    for part in delta.tool_calls or []:
+                        slot = calls.setdefault(part.index, {"id": "", "name": "", "args": []})
+                        if part.id:
+                            slot["id"] = part.id
+                        if part.function is not None:
+                            if part.function.name:
+                                slot["name"] = part.function.name
+                            if part.function.arguments:
+                                slot["args"].append(part.function.arguments)
+                    if choice.finish_reason:
+                        finish = choice.finish_reason
+        finally:
+            response.close()
+        if finish is None:
+            raise StreamBroken("the answer stream ended before the model finished")
+        for index in sorted(calls):
+            slot = calls[index]
+            yield ToolCall(
+                id=slot["id"] or f"call_{index}",
+                name=slot["name"],
+                arguments="".join(slot["args"]) or "{}",
+            )
+        if usage is not None:
+            yield usage
+        yield Finish(finish)
