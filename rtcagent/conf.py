@@ -21,6 +21,10 @@ DEFAULTS: dict[str, Any] = {
     "HISTORY_MAX_LIMIT": 1000,
     # RPC paging
     "PAGE_MAX": 200,
+    # Worker
+    "WORKER_LEASE_MS": 30_000,  # a session lock's lease; renewed every third of it
+    "ORPHAN_AFTER": 10.0,  # seconds before a turn nobody runs is re-enqueued by the sweeper
+    "SHOW_RAW_ERRORS": False,  # debug.show_raw_errors: send raw_error in error messages
 }
 
 

@@ -266,4 +266,14 @@ RTCAGENT = {
     "MAX_FRAME_BYTES": env.int("RTC_MAX_FRAME_BYTES", default=1024 * 1024),
     "REORDER_WAIT": env.float("RTC_REORDER_WAIT", default=1.0),
     "GAP_GRACE": env.float("RTC_GAP_GRACE", default=2.0),
+    "WORKER_LEASE_MS": env.int("RTC_WORKER_LEASE_MS", default=30_000),
+    "ORPHAN_AFTER": env.float("RTC_ORPHAN_AFTER", default=10.0),
+    "SHOW_RAW_ERRORS": env.bool("RTC_SHOW_RAW_ERRORS", default=False),
 }
+
+# --- Model (any OpenAI-compatible endpoint; see apps/turns/llm.py) ------------------------
+OPENAI_API_KEY = env.str("OPENAI_API_KEY", default="")
+OPENAI_BASE_URL = env.str("OPENAI_BASE_URL", default="")
+RTC_MODEL = env.str("RTC_MODEL", default="")
+RTC_LLM_TIMEOUT = env.float("RTC_LLM_TIMEOUT", default=60.0)
+RTC_LLM_MAX_ATTEMPTS = env.int("RTC_LLM_MAX_ATTEMPTS", default=3)

@@ -1,0 +1,228 @@
+"""The turn loop: plain Python behind small ports (no Django, no channels).
+
+``advance(turn, ports)`` runs a turn as far as it can go from its checkpoint: LLM answers, server
+tools, and browser tools, which become RTCs. It returns when the turn is finished (completed,
+cancelled, failed) or waits on an RTC (``WAITING``: the worker moves on; the RTC's result enqueues
+a resume that calls ``advance`` again).
+
+Invariants:
+
+* The checkpoint is saved before anyone outside the worker is told: an RTC is created only after
+  the checkpoint names its tool call, and the call is marked waiting with the RTC id right after.
+  A crash anywhere repeats at most the last step, and every step is idempotent (the store creates
+  an RTC once per tool call id and a message once per key).
+* The model is only sent complete pairs: an assistant message with tool calls enters the
+  transcript together with the results of all its calls, so a call is never sent without its
+  result, nor a result without its call.
+* Tool calls of one answer run one at a time, in order; at most one RTC waits per turn.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from apps.turns.llm import Cancelled, ChatModel, ReasoningDelta, TextDelta, ToolCall, Usage
+from apps.turns.llm_errors import LLMError
+
+log = logging.getLogger(__name__)
+
+WAITING, COMPLETED, CANCELLED, FAILED = "waiting", "completed", "cancelled", "failed"
+MAX_STEPS = 50  # LLM answers per turn
+
+
+@dataclass
+class Checkpoint:
+    """What survives a crash; JSON in Redis (TTL 24 h)."""
+
+    step: int = 0  # number of LLM answers received in this turn
+    transcript: list[dict[str, Any]] = field(default_factory=list)  # complete pairs only
+    answer: dict[str, Any] | None = None  # the assistant message whose calls are being run
+    calls: list[dict[str, Any]] = field(default_factory=list)  # its calls: {id, name, arguments}
+    results: list[dict[str, Any]] = field(default_factory=list)  # tool messages done so far
+    waiting_rtc: str = ""
+    usage: dict[str, int] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return self.__dict__.copy()
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Checkpoint:
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class RtcOutcome:
+    finished: bool
+    text: str  # what the model sees (protocol.md §6)
+
+
+class TurnPorts(Protocol):
+    """Everything the loop needs from the outside world, for one turn."""
+
+    llm: ChatModel
+
+    def load(self) -> Checkpoint | None: ...
+    def save(self, cp: Checkpoint) -> None: ...
+    def history(self) -> list[dict[str, Any]]: ...  # system prompt + conversation so far
+    def tools(self) -> list[dict[str, Any]]: ...
+    def should_cancel(self) -> bool: ...
+    # streaming output of answer ``step``
+    def delta(self, step: int, kind: str, text: str) -> None: ...
+    def finish_answer(self, step: int, text: str, reasoning: str, usage: Usage | None,
+                      *, cancelled: bool = False) -> None: ...
+    # tools
+    def is_server_tool(self, name: str) -> bool: ...
+    def run_server_tool(self, name: str, arguments: dict[str, Any]) -> str: ...
+    def record_call(self, step: int, call: dict[str, Any]) -> None: ...
+    def record_result(self, step: int, call: dict[str, Any], output: str, status: str) -> None: ...
+    def create_rtc(self, step: int, call: dict[str, Any], arguments: dict[str, Any]) -> str: ...
+    def rtc_outcome(self, rtc_id: str) -> RtcOutcome: ...
+    # lifecycle
+    def wait(self) -> None: ...  # the turn is interrupted, waiting on an RTC
+    def complete(self, cp: Checkpoint) -> None: ...
+    def cancel(self, cp: Checkpoint) -> None: ...
+    def fail(self, error: LLMError) -> None: ...
+
+
+def _parse_arguments(raw: str) -> dict[str, Any] | None:
+    try:
+        value = json.loads(raw or "{}")
+    except json.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _add_usage(cp: Checkpoint, usage: Usage | None) -> None:
+    if usage is None:
+        return
+    for name in ("prompt_tokens", "completion_tokens", "cached_tokens", "total_tokens"):
+        cp.usage[name] = cp.usage.get(name, 0) + getattr(usage, name)
+
+
+def advance(ports: TurnPorts) -> str:
+    """Run the turn until it finishes or waits on an RTC; return the outcome."""
+    cp = ports.load() or Checkpoint()
+    try:
+        return _advance(ports, cp)
+    except LLMError as err:
+        ports.fail(err)
+        return FAILED
+
+
+def _advance(ports: TurnPorts, cp: Checkpoint) -> str:
+    while True:
+        if cp.waiting_rtc:
+            outcome = ports.rtc_outcome(cp.waiting_rtc)
+            if not outcome.finished:
+                ports.wait()
+                return WAITING
+            _finish_call(ports, cp, outcome.text, "done")
+        if cp.answer is not None and len(cp.results) < len(cp.calls):
+            if not _run_next_call(ports, cp):
+                return WAITING
+            continue
+        if cp.answer is not None:  # every call has its result: the pair enters the transcript
+            cp.transcript += [cp.answer, *cp.results]
+            cp.answer, cp.calls, cp.results = None, [], []
+            ports.save(cp)
+        if ports.should_cancel():
+            ports.cancel(cp)
+            return CANCELLED
+        if cp.step >= MAX_STEPS:
+            raise LLMError(
+                category="tool", title="Too many steps",
+                message=f"The agent stopped after {MAX_STEPS} model answers in one turn.",
+                retryable=False, raw_error="",
+            )
+        outcome = _answer(ports, cp)
+        if outcome is not None:
+            return outcome
+
+
+def _answer(ports: TurnPorts, cp: Checkpoint) -> str | None:
+    """One LLM answer. Returns a final outcome, or None when tool calls are to run."""
+    step = cp.step
+    text, reasoning, calls, usage = [], [], [], None
+    try:
+        for event in ports.llm.stream(
+            ports.history() + cp.transcript, ports.tools() or None,
+            should_cancel=ports.should_cancel,
+        ):
+            if isinstance(event, TextDelta):
+                text.append(event.text)
+                ports.delta(step, "markdown", event.text)
+            elif isinstance(event, ReasoningDelta):
+                reasoning.append(event.text)
+                ports.delta(step, "thinking", event.text)
+            elif isinstance(event, ToolCall):
+                calls.append({"id": event.id, "name": event.name, "arguments": event.arguments})
+            elif isinstance(event, Usage):
+                usage = event
+    except Cancelled:
+        ports.finish_answer(step, "".join(text), "".join(reasoning), usage, cancelled=True)
+        _add_usage(cp, usage)
+        ports.cancel(cp)
+        return CANCELLED
+    full = "".join(text)
+    ports.finish_answer(step, full, "".join(reasoning), usage)
+    _add_usage(cp, usage)
+    cp.step += 1
+    if not calls:
+        cp.transcript.append({"role": "assistant", "content": full})
+        ports.complete(cp)
+        return COMPLETED
+    cp.answer = {
+        "role": "assistant",
+        "content": full or None,
+        "tool_calls": [
+            {"id": c["id"], "type": "function",
+             "function": {"name": c["name"], "arguments": c["arguments"]}}
+            for c in calls
+        ],
+    }
+    cp.calls, cp.results = calls, []
+    ports.save(cp)
+    return None
+
+
+def _finish_call(ports: TurnPorts, cp: Checkpoint, output: str, status: str) -> None:
+    call = cp.calls[len(cp.results)]
+    ports.record_result(cp.step, call, output, status)
+    cp.results.append({"role": "tool", "tool_call_id": call["id"], "content": output})
+    cp.waiting_rtc = ""
+    ports.save(cp)
+
+
+def _run_next_call(ports: TurnPorts, cp: Checkpoint) -> bool:
+    """Run the next tool call; False when it became an RTC the turn now waits on."""
+    call = cp.calls[len(cp.results)]
+    ports.record_call(cp.step, call)
+    arguments = _parse_arguments(call["arguments"])
+    if arguments is None:
+        _finish_call(ports, cp, "[Tool Error] the arguments are not a JSON object", "error")
+        return True
+    if ports.is_server_tool(call["name"]):
+        try:
+            output = ports.run_server_tool(call["name"], arguments)
+        except Exception as exc:  # a server tool's failure is the model's to handle
+            log.warning("server tool %s failed: %s", call["name"], exc)
+            output = f"[Tool Error] {exc}"
+        _finish_call(ports, cp, output, "done")
+        return True
+    known = {t["function"]["name"] for t in ports.tools()}
+    if call["name"] not in known:
+        _finish_call(ports, cp, f"[Tool Error] unknown tool {call['name']!r}", "error")
+        return True
+    cp.waiting_rtc = ports.create_rtc(cp.step, call, arguments)
+    ports.save(cp)
+    outcome = ports.rtc_outcome(cp.waiting_rtc)  # a repeated step may find it already finished
+    if outcome.finished:
+        _finish_call(ports, cp, outcome.text, "done")
+        return True
+    ports.wait()
+    return False
+
+

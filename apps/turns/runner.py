@@ -1,0 +1,339 @@
+"""Django adapters for the engine's ports: messages, RTCs, Updates, checkpoints, stop signal.
+
+Every write is one transaction that records its Update through ``publish_update``; every write
+the engine may repeat after a crash is idempotent: messages the engine creates carry a
+server-made ``client_id`` (``turn:<id>:<step>:<part>``) that is unique per user, and RTCs are
+unique per (turn, tool call id).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from apps.gateway.events import item, publish_live, publish_update
+from apps.rtc import tools as rtc_tools
+from apps.rtc.models import TERMINAL_RTC_STATUSES, Rtc, RtcStatus
+from apps.rtc.serializers import rtc_to_dict
+from apps.sessions.models import ContentType, Message, MessageRole, Session, SessionStatus
+from apps.sessions.serializers import message_to_dict, session_to_dict
+from apps.sessions.services import session_allocate_offsets
+from apps.turns import state
+from apps.turns.engine import Checkpoint, RtcOutcome
+from apps.turns.llm import ChatModel, Usage
+from apps.turns.llm_errors import LLMError
+from apps.turns.models import Turn, TurnStatus
+from apps.turns.serializers import turn_to_dict
+from apps.turns.services import turn_transition
+from rtcagent.conf import rtc_setting
+from rtcagent.errors import InvalidState
+from rtcagent.redis import get_redis
+
+log = logging.getLogger(__name__)
+
+ERRORS_PER_HOUR = 20
+SYSTEM_PROMPT = (
+    "You are an agent whose tools run in the user's browser, on the user's device: a virtual "
+    "file system (ls, read, write, edit, grep, find), a JavaScript sandbox (script) and "
+    "questions to the user (askUser). Read before you edit. Keep answers concise; use Markdown."
+)
+
+
+def _conversation(messages: list[Message]) -> list[dict[str, Any]]:
+    """Chat Completions messages for stored rows; tool calls only with their results."""
+    outputs = {
+        m.content["data"].get("id"): m
+        for m in messages
+        if m.content.get("type") == ContentType.TOOLCALL_OUTPUT
+    }
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        kind, data = m.content.get("type"), m.content.get("data")
+        if m.role == MessageRole.USER:
+            text = data.get("text", "") if isinstance(data, dict) else str(data)
+            out.append({"role": "user", "content": text})
+        elif kind == ContentType.MARKDOWN and data:
+            out.append({"role": "assistant", "content": data})
+        elif kind == ContentType.TOOLCALL_INPUT and data.get("id") in outputs:
+            result = outputs[data["id"]].content["data"]
+            out.append({"role": "assistant", "content": None, "tool_calls": [{
+                "id": data["id"], "type": "function",
+                "function": {"name": data["name"], "arguments": data.get("arguments", "{}")},
+            }]})
+            out.append({"role": "tool", "tool_call_id": data["id"], "content": result["output"]})
+    return out
+
+
+class DjangoTurnPorts:
+    """The engine's ports for one turn, backed by the ORM, Redis and the channel layer."""
+
+    def __init__(self, turn: Turn, llm: ChatModel) -> None:
+        self.turn = turn
+        self.llm = llm
+        self.session = Session.objects.get(pk=turn.session_id)
+        self.tid = str(turn.id)
+        self.user_id = turn.user_id
+        self._streams: dict[tuple[int, str], Message] = {}
+        self._seq = 0
+        self._cancel_checked = 0.0
+        self._cancel = False
+
+    # --- checkpoint, prompt, tools, stop -----------------------------------------------------
+
+    def load(self) -> Checkpoint | None:
+        data = state.checkpoint_load(self.tid)
+        return Checkpoint.from_json(data) if data else None
+
+    def save(self, cp: Checkpoint) -> None:
+        state.checkpoint_save(self.tid, cp.to_json())
+
+    def history(self) -> list[dict[str, Any]]:
+        prompt = SYSTEM_PROMPT + f"\nWork mode: {self.session.work_mode}."
+        if self.session.agent_prompt:
+            prompt += "\n\n" + self.session.agent_prompt
+        trigger = self.turn.trigger_message
+        rows = Message.objects.filter(session_id=self.session.id, deleted_at__isnull=True)
+        if trigger is not None:  # messages queued behind this turn are not part of it
+            rows = rows.filter(global_offset__lt=trigger.global_offset)
+        earlier = list(rows.exclude(turn_id=self.turn.id).order_by("global_offset"))
+        if trigger is not None:
+            earlier.append(trigger)
+        return [{"role": "system", "content": prompt}, *_conversation(earlier)]
+
+    def tools(self) -> list[dict[str, Any]]:
+        return rtc_tools.schemas()
+
+    def should_cancel(self) -> bool:
+        now = time.monotonic()
+        if not self._cancel and now - self._cancel_checked >= 0.2:
+            self._cancel_checked = now
+            self._cancel = state.stop_requested(self.tid)
+        return self._cancel
+
+    # --- messages ---------------------------------------------------------------------------
+
+    def _message(
+        self, key: str, role: str, content: dict[str, Any], *, streaming: str = "done"
+    ) -> Message:
+        """Create the turn's message ``key`` once (publishing message.created)."""
+        client_id = f"turn:{self.tid}:{key}"
+        with transaction.atomic():
+            found = Message.objects.filter(user_id=self.user_id, client_id=client_id).first()
+            if found is not None:
+                return found
+            offset = session_allocate_offsets(session_id=self.session.id)
+            turn_offset = Message.objects.filter(turn_id=self.turn.id).count()
+            msg = Message.objects.create(
+                session_id=self.session.id, user_id=self.user_id, client_id=client_id,
+                global_offset=offset, turn_id=self.turn.id, turn_offset=turn_offset,
+                role=role, content=content, streaming_status=streaming,
+            )
+            publish_update(
+                user_id=self.user_id, items=[item("message", "created", msg.id)],
+                data_list=[message_to_dict(msg)],
+            )
+            return msg
+
+    def _update_message(self, msg: Message, **fields: Any) -> None:
+        with transaction.atomic():
+            for name, value in fields.items():
+                setattr(msg, name, value)
+            msg.save(update_fields=[*fields, "updated_at"])
+            publish_update(
+                user_id=self.user_id, items=[item("message", "updated", msg.id)],
+                data_list=[message_to_dict(msg)],
+            )
+
+    def delta(self, step: int, kind: str, text: str) -> None:
+        msg = self._streams.get((step, kind))
+        if msg is None:
+            msg = self._message(
+                f"{step}:{kind}", MessageRole.ASSISTANT, {"type": kind, "data": ""},
+                streaming="streaming",
+            )
+            self._streams[(step, kind)] = msg
+        self._seq += 1
+        publish_live(self.user_id, {
+            "type": "chunk", "session_id": str(self.session.id), "turn_id": self.tid,
+            "message_id": str(msg.id), "kind": kind, "delta": text, "seq": self._seq,
+        })
+
+    def finish_answer(
+        self, step: int, text: str, reasoning: str, usage: Usage | None, *, cancelled: bool = False
+    ) -> None:
+        status = "cancelled" if cancelled else "done"
+        for kind, body in (("thinking", reasoning), ("markdown", text)):
+            msg = self._streams.pop((step, kind), None)
+            if msg is None:
+                msg = Message.objects.filter(
+                    user_id=self.user_id, client_id=f"turn:{self.tid}:{step}:{kind}"
+                ).first()
+            if msg is None and body:
+                msg = self._message(f"{step}:{kind}", MessageRole.ASSISTANT,
+                                    {"type": kind, "data": body})
+            if msg is None:
+                continue
+            fields: dict[str, Any] = {"content": {"type": kind, "data": body},
+                                      "streaming_status": status}
+            if kind == "markdown" and usage is not None:
+                fields.update(input_tokens=usage.prompt_tokens,
+                              output_tokens=usage.completion_tokens,
+                              total_tokens=usage.total_tokens, cached_tokens=usage.cached_tokens)
+            self._update_message(msg, **fields)
+
+    # --- tools ------------------------------------------------------------------------------
+
+    def is_server_tool(self, name: str) -> bool:
+        return False
+
+    def run_server_tool(self, name: str, arguments: dict[str, Any]) -> str:
+        raise LookupError(name)
+
+    def record_call(self, step: int, call: dict[str, Any]) -> None:
+        self._message(f"{step}:call:{call['id']}", MessageRole.ASSISTANT,
+                      {"type": ContentType.TOOLCALL_INPUT, "data": dict(call)})
+
+    def record_result(self, step: int, call: dict[str, Any], output: str, status: str) -> None:
+        self._message(f"{step}:result:{call['id']}", MessageRole.TOOL, {
+            "type": ContentType.TOOLCALL_OUTPUT,
+            "data": {"id": call["id"], "name": call["name"], "output": output, "status": status},
+        })
+
+    def create_rtc(self, step: int, call: dict[str, Any], arguments: dict[str, Any]) -> str:
+        with transaction.atomic():
+            rtc = Rtc.objects.filter(turn_id=self.turn.id, tool_call_id=call["id"]).first()
+            if rtc is not None:
+                return str(rtc.id)
+            session = Session.objects.get(pk=self.session.id)
+            input_msg = Message.objects.filter(
+                user_id=self.user_id, client_id=f"turn:{self.tid}:{step}:call:{call['id']}"
+            ).first()
+            rtc = Rtc.objects.create(
+                session_id=session.id, turn_id=self.turn.id, user_id=self.user_id,
+                tool_call_id=call["id"], tool_name=call["name"], parameters=arguments,
+                offset=Rtc.objects.filter(turn_id=self.turn.id).count(), message=input_msg,
+                status=RtcStatus.PENDING,
+                needs_approval=rtc_tools.needs_approval(call["name"], session.work_mode),
+                deadline=timezone.now() + rtc_tools.deadline_for(call["name"]),
+            )
+            publish_update(user_id=self.user_id, items=[item("rtc", "created", rtc.id)],
+                           data_list=[rtc_to_dict(rtc)])
+            return str(rtc.id)
+
+    def rtc_outcome(self, rtc_id: str) -> RtcOutcome:
+        rtc = Rtc.objects.get(pk=rtc_id)
+        finished = rtc.status in TERMINAL_RTC_STATUSES
+        return RtcOutcome(finished, rtc_tools.output_for_model(
+            rtc.status, rtc.result, rtc.error_message))
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    def _turn_to(self, to: str, **values: Any) -> bool:
+        with transaction.atomic():
+            try:
+                turn = turn_transition(turn_id=self.turn.id, to=to, values=values or None)
+            except InvalidState:
+                return False
+            updates = [(item("turn", "updated", turn.id), turn_to_dict(turn))]
+            session_status = (SessionStatus.ACTIVE if to in (TurnStatus.RUNNING,
+                              TurnStatus.INTERRUPTED) else SessionStatus.IDLE)
+            Session.objects.filter(pk=self.session.id).exclude(
+                status__in=[SessionStatus.CLOSED, session_status]
+            ).update(status=session_status, updated_at=timezone.now())
+            if values:
+                self._add_session_usage(values)
+            session = Session.objects.get(pk=self.session.id)
+            updates.append((item("session", "updated", session.id), session_to_dict(session)))
+            publish_update(user_id=self.user_id, items=[u[0] for u in updates],
+                           data_list=[u[1] for u in updates])
+            self.turn = turn
+            return True
+
+    def _add_session_usage(self, values: dict[str, Any]) -> None:
+        from django.db.models import F
+
+        Session.objects.filter(pk=self.session.id).update(
+            total_input_tokens=F("total_input_tokens") + values.get("input_tokens", 0),
+            total_output_tokens=F("total_output_tokens") + values.get("output_tokens", 0),
+            total_tokens=F("total_tokens") + values.get("total_tokens", 0),
+            total_cached_read_tokens=F("total_cached_read_tokens") + values.get("cached_tokens", 0),
+            last_token_update_at=timezone.now(),
+        )
+
+    @staticmethod
+    def _usage_values(cp: Checkpoint) -> dict[str, int]:
+        u = cp.usage
+        return {"input_tokens": u.get("prompt_tokens", 0),
+                "output_tokens": u.get("completion_tokens", 0),
+                "total_tokens": u.get("total_tokens", 0),
+                "cached_tokens": u.get("cached_tokens", 0)}
+
+    def begin(self) -> None:
+        """The turn runs (from pending or, on a resume, from interrupted)."""
+        if self.turn.status != TurnStatus.RUNNING:
+            self._turn_to(TurnStatus.RUNNING)
+
+    def wait(self) -> None:
+        if self.turn.status == TurnStatus.RUNNING:
+            self._turn_to(TurnStatus.INTERRUPTED)
+
+    def complete(self, cp: Checkpoint) -> None:
+        self._turn_to(TurnStatus.COMPLETED, **self._usage_values(cp))
+        state.checkpoint_delete(self.tid)
+
+    def cancel(self, cp: Checkpoint) -> None:
+        close_open_rtcs(self.turn, reason="the turn was stopped")
+        self._turn_to(TurnStatus.CANCELLED, **self._usage_values(cp))
+        state.checkpoint_delete(self.tid)
+
+    def fail(self, error: LLMError) -> None:
+        close_open_rtcs(self.turn, reason="the turn failed")
+        if self._turn_to(TurnStatus.FAILED, error_message=f"{error.category}: {error.title}"):
+            add_error_message(self.turn, error)
+        state.checkpoint_delete(self.tid)
+
+
+def close_open_rtcs(turn: Turn, *, reason: str) -> None:
+    """Finish the turn's unfinished RTCs (failed, with ``reason``) and publish them."""
+    open_ids = list(Rtc.objects.filter(turn_id=turn.id).exclude(
+        status__in=TERMINAL_RTC_STATUSES).values_list("id", flat=True))
+    from apps.rtc.services import rtc_transition
+
+    for rtc_id in open_ids:
+        with transaction.atomic():
+            try:
+                rtc = rtc_transition(rtc_id=rtc_id, to=RtcStatus.FAILED,
+                                     values={"error_message": reason})
+            except InvalidState:
+                continue
+            publish_update(user_id=turn.user_id, items=[item("rtc", "updated", rtc.id)],
+                           data_list=[rtc_to_dict(rtc)])
+
+
+def add_error_message(turn: Turn, error: LLMError) -> None:
+    """Add the ``error`` message of a failed turn, at most 20 per session per hour."""
+    r = get_redis()
+    key = f"rtc:errors:{{{turn.session_id}}}:{int(time.time() // 3600)}"
+    count = r.incr(key)
+    r.expire(key, 3700)
+    if count > ERRORS_PER_HOUR:
+        log.warning("error message limit reached for session %s", turn.session_id)
+        return
+    data: dict[str, Any] = {"category": error.category, "title": error.title,
+                            "message": error.message, "retryable": error.retryable}
+    if rtc_setting("SHOW_RAW_ERRORS"):
+        data["raw_error"] = error.raw_error
+    with transaction.atomic():
+        offset = session_allocate_offsets(session_id=turn.session_id)
+        msg = Message.objects.create(
+            session_id=turn.session_id, user_id=turn.user_id, client_id=f"turn:{turn.id}:error",
+            global_offset=offset, turn_id=turn.id,
+            turn_offset=Message.objects.filter(turn_id=turn.id).count(),
+            role=MessageRole.SYSTEM, content={"type": ContentType.ERROR, "data": data},
+        )
+        publish_update(user_id=turn.user_id, items=[item("message", "created", msg.id)],
+                       data_list=[message_to_dict(msg)])

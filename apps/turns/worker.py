@@ -1,0 +1,217 @@
+"""The worker: claims sessions from the queue and runs their turns (``manage.py rtc_worker``).
+
+A worker holds one session at a time and drains it (resume items before messages), renewing its
+lease from a background thread while a turn streams; after ``max_items`` it yields the session
+so others get their turn. Once a second it sweeps: requeues the work of dead workers, fills topic
+gaps, times out RTCs past their deadline, and re-enqueues turns that nobody is running.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from django.db import IntegrityError, close_old_connections, transaction
+from django.utils import timezone
+
+from apps.gateway import stream
+from apps.gateway.events import item, publish_update
+from apps.rtc.models import TERMINAL_RTC_STATUSES, Rtc
+from apps.sessions.models import Message
+from apps.sessions.serializers import message_to_dict
+from apps.turns import engine, queue, state
+from apps.turns.llm import ChatModel, OpenAIChat
+from apps.turns.llm_errors import LLMError
+from apps.turns.models import ACTIVE_TURN_STATUSES, TERMINAL_TURN_STATUSES, Turn, TurnStatus
+from apps.turns.runner import DjangoTurnPorts
+from apps.turns.serializers import turn_to_dict
+from rtcagent.conf import rtc_setting
+
+log = logging.getLogger(__name__)
+
+
+def enqueue_resume(session_id: object, turn_id: object) -> None:
+    queue.enqueue(str(session_id), {"kind": "resume", "turn_id": str(turn_id)}, resume=True)
+
+
+def enqueue_message(session_id: object, message_id: object) -> None:
+    queue.enqueue(str(session_id), {"kind": "message", "message_id": str(message_id)})
+
+
+class Worker:
+    def __init__(
+        self,
+        *,
+        llm_factory: Callable[[], ChatModel] = OpenAIChat.from_settings,
+        lease_ms: int | None = None,
+        max_items: int = 20,
+    ) -> None:
+        self.llm_factory = llm_factory
+        self.lease_ms = lease_ms or int(rtc_setting("WORKER_LEASE_MS"))
+        self.max_items = max_items
+        self.stopping = threading.Event()
+
+    # --- main loop --------------------------------------------------------------------------
+
+    def run(self) -> None:
+        log.info("worker started (lease %d ms)", self.lease_ms)
+        self.recover()
+        last_sweep = 0.0
+        while not self.stopping.is_set():
+            close_old_connections()
+            if time.monotonic() - last_sweep >= 1.0:
+                self.sweep()
+                last_sweep = time.monotonic()
+            hold = queue.claim(lease_ms=self.lease_ms)
+            if hold is None:
+                queue.wait_for_bell(1)
+                continue
+            self.drain(hold)
+        log.info("worker stopped")
+
+    def drain(self, hold: queue.Hold) -> None:
+        done = threading.Event()
+
+        def renew() -> None:
+            while not done.wait(self.lease_ms / 3000):
+                if not hold.renew():
+                    log.warning("lost the lease of session %s", hold.session_id)
+                    return
+
+        renewer = threading.Thread(target=renew, daemon=True)
+        renewer.start()
+        try:
+            for _ in range(self.max_items):
+                work = hold.take()
+                if work is None:
+                    return
+                try:
+                    self.handle(hold.session_id, work)
+                except Exception:
+                    log.exception("work item %s of session %s failed", work, hold.session_id)
+                hold.ack()
+                if self.stopping.is_set():
+                    break
+            hold.yield_session()
+        finally:
+            done.set()
+            renewer.join()
+
+    # --- items ------------------------------------------------------------------------------
+
+    def handle(self, session_id: str, work: dict[str, Any]) -> None:
+        if work.get("kind") == "message":
+            self.start_turn(session_id, work)
+        elif work.get("kind") == "resume":
+            turn = Turn.objects.filter(pk=work.get("turn_id")).first()
+            if turn is None or turn.status in TERMINAL_TURN_STATUSES:
+                if not Turn.objects.filter(session_id=session_id,
+                                           status__in=ACTIVE_TURN_STATUSES).exists():
+                    queue.unpark(session_id)
+                return
+            self.run_turn(turn)
+
+    def start_turn(self, session_id: str, work: dict[str, Any]) -> None:
+        msg = Message.objects.filter(pk=work.get("message_id")).first()
+        if msg is None:
+            return
+        if msg.turn_id is not None:  # redelivered after a crash: carry on with that turn
+            turn = Turn.objects.get(pk=msg.turn_id)
+            if turn.status not in TERMINAL_TURN_STATUSES:
+                self.run_turn(turn)
+            return
+        try:
+            with transaction.atomic():
+                if Turn.objects.filter(session_id=session_id,
+                                       status__in=ACTIVE_TURN_STATUSES).exists():
+                    raise IntegrityError("active turn")
+                turn = Turn.objects.create(
+                    session_id=session_id, user_id=msg.user_id, client_id=msg.client_id,
+                    status=TurnStatus.PENDING, trigger_message=msg,
+                )
+                msg.turn = turn
+                msg.save(update_fields=["turn", "updated_at"])
+                publish_update(
+                    user_id=msg.user_id,
+                    items=[item("turn", "created", turn.id), item("message", "updated", msg.id)],
+                    data_list=[turn_to_dict(turn), message_to_dict(msg)],
+                )
+        except IntegrityError:
+            # Another turn of this session is still open: this message waits behind it.
+            queue.park(session_id)
+            queue.requeue_front(session_id, work)
+            return
+        state.checkpoint_save(str(turn.id), engine.Checkpoint().to_json())
+        self.run_turn(turn)
+
+    def run_turn(self, turn: Turn) -> None:
+        ports = DjangoTurnPorts(turn, self.llm_factory())
+        if state.checkpoint_load(str(turn.id)) is None:
+            ports.fail(LLMError(
+                category="system", title="Turn state lost",
+                message="The server lost this turn's saved state (its checkpoint expired or "
+                        "Redis was reset). Send the message again to retry.",
+                retryable=True, raw_error="checkpoint missing",
+            ))
+            queue.unpark(str(turn.session_id))
+            return
+        ports.begin()
+        outcome = engine.advance(ports)
+        if outcome == engine.WAITING:
+            queue.park(str(turn.session_id))
+        else:
+            queue.unpark(str(turn.session_id))
+
+    # --- housekeeping -----------------------------------------------------------------------
+
+    def recover(self) -> None:
+        """Start-up: turns left running by a dead process are resumed (or failed)."""
+        for turn in Turn.objects.filter(status=TurnStatus.RUNNING):
+            if not queue.is_held(str(turn.session_id)):
+                enqueue_resume(turn.session_id, turn.id)
+
+    def sweep(self) -> None:
+        try:
+            queue.sweep()
+            stream.fill_all_gaps()
+            expire_rtcs()
+            self.resume_orphans()
+        except Exception:
+            log.exception("sweep failed")
+
+    def resume_orphans(self) -> None:
+        """Turns nobody runs: interrupted on a finished RTC, or running without a holder."""
+        quiet = timezone.now() - timedelta(seconds=rtc_setting("ORPHAN_AFTER"))
+        waiting = Turn.objects.filter(status=TurnStatus.INTERRUPTED, updated_at__lt=quiet)
+        for turn in waiting:
+            if Rtc.objects.filter(turn_id=turn.id).exclude(
+                status__in=TERMINAL_RTC_STATUSES
+            ).exists():
+                continue
+            self._nudge(turn)
+        for turn in Turn.objects.filter(status=TurnStatus.RUNNING, updated_at__lt=quiet):
+            self._nudge(turn)
+
+    @staticmethod
+    def _nudge(turn: Turn) -> None:
+        sid = str(turn.session_id)
+        if queue.is_held(sid) or queue.pending(sid)["resume"]:
+            return
+        enqueue_resume(sid, turn.id)
+
+
+def expire_rtcs() -> int:
+    """RTCs past their deadline become ``timeout`` and their turn resumes."""
+    from apps.rtc.services import rtc_timeout
+
+    count = 0
+    due = Rtc.objects.filter(deadline__lt=timezone.now()).exclude(
+        status__in=TERMINAL_RTC_STATUSES
+    ).values_list("id", flat=True)
+    for rtc_id in list(due):
+        count += rtc_timeout(rtc_id=rtc_id)
+    return count
