@@ -39,5 +39,10 @@ class User(AbstractUser):
 
     objects = UserManager()  # type: ignore[misc]
 
+    def clean(self) -> None:
+        # Forms (the admin) go through here; the manager lower-cases too, and login matches on it.
+        super().clean()
+        self.email = (self.email or "").strip().lower()
+
     def __str__(self) -> str:
         return self.email

@@ -1,3 +1,199 @@
-from rest_framework_simplejwt.tokens import AccessToken  # placeholder, replaced by accounts work
+"""Access and refresh JWTs signed by the keyring (``apps.accounts.keys``).
 
-__all__ = ["AccessToken"]
+Every token carries ``kid`` in its header and ``aud``, ``iss``, ``exp``, ``iat``, ``jti``,
+``token_type`` and ``sub`` (the user id as a string) in its claims. Verification looks the ``kid``
+up in the keyring and checks the signature with that key's own algorithm only, so ``alg: none``,
+HMAC "signed" with a public key, unknown keys and algorithm switches are all refused; ``aud``,
+``iss`` and ``exp`` are checked with the configured leeway (``SIMPLE_JWT``).
+
+``decode_access_token`` is the fast path for the realtime gateway: no database, and
+``TokenExpired`` only for a token that would otherwise be valid.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import jwt
+from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import ImproperlyConfigured
+from django.utils.timezone import now
+from django.utils.translation import gettext_lazy as _
+from rest_framework_simplejwt.backends import TokenBackend
+from rest_framework_simplejwt.exceptions import TokenBackendError, TokenBackendExpiredToken
+from rest_framework_simplejwt.settings import api_settings
+from rest_framework_simplejwt.tokens import AccessToken as BaseAccessToken
+from rest_framework_simplejwt.tokens import RefreshToken as BaseRefreshToken
+
+from .keys import Keyring, get_keyring
+
+__all__ = [
+    "AccessToken",
+    "KeyringTokenBackend",
+    "RefreshToken",
+    "TokenExpired",
+    "TokenInvalid",
+    "decode_access_token",
+    "get_token_backend",
+    "issue_access_token",
+    "issue_token_pair",
+]
+
+REQUIRED_CLAIMS = ("exp", "iat", "aud", "iss", "sub")
+
+
+class TokenExpired(Exception):
+    """The token is genuine and addressed to us, but its ``exp`` has passed (beyond the leeway)."""
+
+
+class TokenInvalid(Exception):
+    """Anything else wrong with a token: signature, key, algorithm, claims, type or format."""
+
+
+class KeyringTokenBackend(TokenBackend):
+    """simplejwt's backend, signing with the keyring's active key and verifying by ``kid``."""
+
+    def __init__(
+        self, keyring: Keyring, *, audience: str, issuer: str, leeway: timedelta | int | float
+    ) -> None:
+        super().__init__(
+            keyring.signing.algorithm,
+            signing_key=None,
+            audience=audience,
+            issuer=issuer,
+            leeway=leeway,
+            json_encoder=api_settings.JSON_ENCODER,
+        )
+        self.keyring = keyring
+
+    def encode(self, payload: dict[str, Any]) -> str:
+        key = self.keyring.signing
+        claims = {**payload, "aud": self.audience, "iss": self.issuer}
+        return jwt.encode(
+            claims,
+            key.private_key,
+            algorithm=key.algorithm,
+            headers={"kid": key.kid},
+            json_encoder=self.json_encoder,
+        )
+
+    def decode(self, token: Any, verify: bool = True) -> dict[str, Any]:
+        """Verified claims. The signature is always checked; ``verify=False`` only skips ``exp``."""
+        claims = self.verified_claims(token)
+        if verify:
+            self.check_exp(claims)
+        return claims
+
+    def verified_claims(self, token: Any) -> dict[str, Any]:
+        """Check signature, ``kid``, ``alg``, ``aud``, ``iss``, ``iat``, presence; not ``exp``."""
+        try:
+            header = jwt.get_unverified_header(token)
+            kid = header.get("kid")
+            key = self.keyring.get(kid) if isinstance(kid, str) else None
+            if key is None:
+                raise TokenBackendError(_("Token is invalid"))
+            # The key decides the algorithm; a header asking for another one is an attack.
+            if header.get("alg") != key.algorithm:
+                raise TokenBackendError(_("Invalid algorithm specified"))
+            return jwt.decode(
+                token,
+                key.public_key,
+                algorithms=[key.algorithm],
+                audience=self.audience,
+                issuer=self.issuer,
+                leeway=self.get_leeway(),
+                options={"require": list(REQUIRED_CLAIMS), "verify_exp": False},
+            )
+        except (jwt.InvalidTokenError, ValueError, TypeError) as exc:
+            raise TokenBackendError(_("Token is invalid")) from exc
+
+    def check_exp(self, claims: dict[str, Any]) -> None:
+        exp = claims.get("exp")
+        if isinstance(exp, bool) or not isinstance(exp, int | float):
+            raise TokenBackendError(_("Token is invalid"))
+        if exp <= (now() - self.get_leeway()).timestamp():
+            raise TokenBackendExpiredToken(_("Token is expired"))
+
+
+_backend: tuple[tuple[Any, ...], KeyringTokenBackend] | None = None
+
+
+def get_token_backend() -> KeyringTokenBackend:
+    """The backend for the current keyring and SIMPLE_JWT settings (cached while they hold)."""
+    global _backend
+    keyring = get_keyring()
+    config = (id(keyring), api_settings.AUDIENCE, api_settings.ISSUER, api_settings.LEEWAY)
+    cached = _backend
+    if cached is not None and cached[0] == config and cached[1].keyring is keyring:
+        return cached[1]
+    if not api_settings.AUDIENCE or not api_settings.ISSUER:
+        raise ImproperlyConfigured("SIMPLE_JWT must set AUDIENCE and ISSUER explicitly")
+    backend = KeyringTokenBackend(
+        keyring,
+        audience=api_settings.AUDIENCE,
+        issuer=api_settings.ISSUER,
+        leeway=api_settings.LEEWAY,
+    )
+    _backend = (config, backend)
+    return backend
+
+
+class _KeyringTokenMixin:
+    @property
+    def token_backend(self) -> KeyringTokenBackend:
+        return get_token_backend()
+
+    def get_token_backend(self) -> KeyringTokenBackend:
+        return get_token_backend()
+
+
+class AccessToken(_KeyringTokenMixin, BaseAccessToken):
+    """An access token (``token_type: access``) signed by the keyring."""
+
+
+class RefreshToken(_KeyringTokenMixin, BaseRefreshToken):
+    """A refresh token; ``.access_token`` derives an ``AccessToken`` with the same claims."""
+
+    access_token_class = AccessToken
+
+
+def issue_access_token(
+    user: AbstractBaseUser, *, lifetime: timedelta | None = None, device_id: str = ""
+) -> str:
+    """A signed access token for ``user``; ``lifetime`` overrides the configured one (may be
+    negative, for an already expired token) and ``device_id`` is added as a claim when given."""
+    token = AccessToken.for_user(user)
+    if lifetime is not None:
+        token.set_exp(lifetime=lifetime)
+    if device_id:
+        token["device_id"] = device_id
+    return str(token)
+
+
+def issue_token_pair(user: AbstractBaseUser) -> dict[str, str]:
+    """``{"access", "refresh"}`` for ``user``, both expiring relative to the same instant."""
+    refresh = RefreshToken.for_user(user)
+    return {"access": str(refresh.access_token), "refresh": str(refresh)}
+
+
+def decode_access_token(token: str) -> dict[str, Any]:
+    """The verified claims of an access token, without touching the database.
+
+    Raises ``TokenExpired`` when the token is valid in every respect but ``exp`` (leeway
+    included), ``TokenInvalid`` for everything else. Whether the user still exists or is active
+    is the caller's business.
+    """
+    try:
+        backend = get_token_backend()
+        claims = backend.verified_claims(token)
+        if claims.get(api_settings.TOKEN_TYPE_CLAIM) != AccessToken.token_type:
+            raise TokenInvalid("not an access token")
+        if not claims.get(api_settings.JTI_CLAIM):
+            raise TokenInvalid("token has no id")
+        backend.check_exp(claims)
+    except TokenBackendExpiredToken as exc:
+        raise TokenExpired("token expired") from exc
+    except TokenBackendError as exc:
+        raise TokenInvalid("token invalid") from exc
+    return claims

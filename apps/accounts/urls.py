@@ -1,1 +1,14 @@
-urlpatterns: list = []
+"""Routes of accounts, included at the site root."""
+
+from django.urls import path
+
+from . import views
+
+app_name = "accounts"
+
+urlpatterns = [
+    path("api/auth/token/", views.TokenObtainPairView.as_view(), name="token_obtain_pair"),
+    path("api/auth/token/refresh/", views.TokenRefreshView.as_view(), name="token_refresh"),
+    path("api/auth/me/", views.MeView.as_view(), name="me"),
+    path(".well-known/jwks.json", views.JwksView.as_view(), name="jwks"),
+]
