@@ -75,6 +75,7 @@ MIDDLEWARE = [
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "corsheaders.middleware.CorsMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.locale.LocaleMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
@@ -129,6 +130,14 @@ if not REDIS_URL:
     EMBEDDED_VALKEY = True
 else:
     EMBEDDED_VALKEY = False
+
+CACHES = {  # shared by every process (throttles, rate limits)
+    "default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": REDIS_URL,
+        "KEY_PREFIX": "rtc:cache",
+    }
+}
 
 CHANNEL_LAYERS = {
     "default": {
@@ -229,6 +238,8 @@ STORAGES = {
 STATIC_URL = "/static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
 STATICFILES_DIRS = [BASE_DIR / "static"]
+WHITENOISE_USE_FINDERS = DEBUG  # serve from the app folders without collectstatic in development
+WHITENOISE_AUTOREFRESH = DEBUG
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"

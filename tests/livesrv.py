@@ -90,8 +90,8 @@ def start_daphne(log_dir: Path, **env: str) -> LiveServer:
         try:
             socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
             return LiveServer(proc, port, log)
-        except OSError:
+        except OSError as exc:
             if time.monotonic() > deadline:
                 proc.kill()
-                raise RuntimeError("daphne did not start:\n" + log.read_text(errors="replace"))
+                raise RuntimeError("daphne did not start:\n" + log.read_text()) from exc
             time.sleep(0.1)
