@@ -120,17 +120,18 @@ def _advance(ports: TurnPorts, cp: Checkpoint) -> str:
                 ports.wait()
                 return WAITING
             _finish_call(ports, cp, outcome.text, "done")
-        if cp.answer is not None and len(cp.results) < len(cp.calls):
-            if not _run_next_call(ports, cp):
-                return WAITING
-            continue
-        if cp.answer is not None:  # every call has its result: the pair enters the transcript
+        if cp.answer is not None and len(cp.results) == len(cp.calls):
+            # every call has its result: the pair enters the transcript
             cp.transcript += [cp.answer, *cp.results]
             cp.answer, cp.calls, cp.results = None, [], []
             ports.save(cp)
-        if ports.should_cancel():
+        if ports.should_cancel():  # also between tool calls: a stopped turn starts no new RTC
             ports.cancel(cp)
             return CANCELLED
+        if cp.answer is not None:
+            if not _run_next_call(ports, cp):
+                return WAITING
+            continue
         if cp.step >= MAX_STEPS:
             raise LLMError(
                 category="tool", title="Too many steps",

@@ -13,7 +13,8 @@ Invariants (each mutation is one Lua script, so none can interleave with another
   lock in the same script that finds both lists empty, so an item enqueued concurrently is either
   seen by that ``take`` or finds the lock free and puts the session back in ``ready``.
 * Nothing is lost when a worker dies: its item stays in ``inflight`` and its lease runs out;
-  ``sweep`` puts the item back at the head of its list and the session back in ``ready``.
+  ``sweep`` puts the item back at the head of its list and the session back in ``ready`` (a
+  ``claim`` that gets there first does the same before its holder takes anything).
 * A claim never depends on a notification: the bell (a list workers block on) only shortens the
   wait; claims read ``ready`` itself, and workers also poll it.
 * A holder takes at most ``max_items`` items per hold, then ``yield_session`` puts the session at
@@ -53,11 +54,19 @@ return 1
 """
 
 # KEYS: ready, held. ARGV: token, lease_ms, now_ms, scan. Returns a session id or false.
+# An ``inflight`` item found under a free lock is a dead holder's (its lease ran out before any
+# sweep): it goes back to the head of its list, or this holder's first ``take`` would drop it.
 _CLAIM = """
 local ids = redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[4]) - 1)
 for _, sid in ipairs(ids) do
-  local lock = 'rtc:q:s:{' .. sid .. '}:lock'
-  if redis.call('SET', lock, ARGV[1], 'NX', 'PX', ARGV[2]) then
+  local base = 'rtc:q:s:{' .. sid .. '}:'
+  if redis.call('SET', base .. 'lock', ARGV[1], 'NX', 'PX', ARGV[2]) then
+    local raw = redis.call('GET', base .. 'inflight')
+    if raw then
+      local f = cjson.decode(raw)
+      redis.call('LPUSH', base .. f.src, f.item)
+      redis.call('DEL', base .. 'inflight')
+    end
     redis.call('ZREM', KEYS[1], sid)
     redis.call('ZADD', KEYS[2], tonumber(ARGV[3]) + tonumber(ARGV[2]), sid)
     return sid
@@ -77,6 +86,7 @@ end
 if not item then
   redis.call('DEL', KEYS[1], KEYS[4])
   redis.call('ZREM', KEYS[5], ARGV[2])
+  redis.call('ZREM', KEYS[6], ARGV[2])
   return {'empty'}
 end
 redis.call('SET', KEYS[4], cjson.encode({src = src, item = item}))
