@@ -1,0 +1,154 @@
+"""RPC namespace ``v1.session.*`` and ``v1.message.*`` (reads and session actions).
+
+Handlers adapt: validate params, make one selector or service call, shape the reply. Queries
+answer the data (``{items, next_cursor}`` for lists, ``{item}`` for one entity, as api.yaml's
+``*ListResponse`` / ``*GetResponse``); actions answer ``{result, updates}``. Everything is scoped to
+the caller: another user's ids are ``<entity>.not_found``. ``message.send`` lives with the engine.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+
+from apps.gateway.params import validate
+from apps.gateway.registry import RpcContext, rpc
+
+from . import selectors, services
+from .models import WorkMode
+from .serializers import message_to_dict, session_to_dict
+
+
+class _PageParams(serializers.Serializer):
+    cursor = serializers.CharField(required=False, allow_blank=True, allow_null=True)
+    limit = serializers.IntegerField(required=False, allow_null=True, min_value=1)
+
+
+class _SessionParams(serializers.Serializer):
+    session_id = serializers.UUIDField()
+
+
+class _CloseParams(_SessionParams):
+    client_id = serializers.CharField(required=False, allow_blank=True, allow_null=True)
+
+
+class _UpdateParams(_SessionParams):
+    title = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        allow_null=True,
+        trim_whitespace=False,
+        max_length=services.TITLE_MAX,
+    )
+    work_mode = serializers.ChoiceField(choices=WorkMode.choices, required=False, allow_null=True)
+    deleted_at = serializers.DateTimeField(required=False, allow_null=True)
+
+
+class _ForkParams(serializers.Serializer):
+    old_server_session_id = serializers.UUIDField()
+    old_server_message_id = serializers.UUIDField()
+    new_client_session_id = serializers.CharField(max_length=128)
+    new_client_message_id = serializers.CharField(max_length=128)
+    content_data = serializers.JSONField()
+    limit = serializers.IntegerField(required=False, allow_null=True, min_value=1)
+
+
+class _MessageListParams(_SessionParams):
+    cursor = serializers.IntegerField(required=False, allow_null=True, min_value=0)
+    limit = serializers.IntegerField(required=False, allow_null=True, min_value=1)
+
+
+class _MessageParams(serializers.Serializer):
+    message_id = serializers.UUIDField()
+
+
+@rpc("v1.session.list")
+def session_list(ctx: RpcContext, params: dict[str, Any]) -> dict[str, Any]:
+    """The caller's sessions, newest update first: ``{items, next_cursor}`` ("" at the end)."""
+    p = validate(_PageParams, params)
+    page = selectors.session_list(user_id=ctx.user_id, cursor=p.get("cursor"), limit=p.get("limit"))
+    return {"items": [session_to_dict(s) for s in page.items], "next_cursor": page.next_cursor}
+
+
+@rpc("v1.session.get")
+def session_get(ctx: RpcContext, params: dict[str, Any]) -> dict[str, Any]:
+    """One of the caller's sessions: ``{item}``."""
+    p = validate(_SessionParams, params)
+    session = selectors.session_get(user_id=ctx.user_id, session_id=p["session_id"])
+    return {"item": session_to_dict(session)}
+
+
+@rpc("v1.session.open")
+def session_open(ctx: RpcContext, params: dict[str, Any]) -> dict[str, Any]:
+    """Reopen a closed session (closed -> idle); success without Updates if it is not closed."""
+    p = validate(_SessionParams, params)
+    change = services.session_open(user_id=ctx.user_id, session_id=p["session_id"])
+    return {"result": {"success": True}, "updates": change.updates}
+
+
+@rpc("v1.session.close")
+def session_close(ctx: RpcContext, params: dict[str, Any]) -> dict[str, Any]:
+    """Close a session; ``client_id`` is accepted and not used for deduplication."""
+    p = validate(_CloseParams, params)
+    change = services.session_close(user_id=ctx.user_id, session_id=p["session_id"])
+    return {"result": {"success": True}, "updates": change.updates}
+
+
+@rpc("v1.session.update")
+def session_update(ctx: RpcContext, params: dict[str, Any]) -> dict[str, Any]:
+    """Change ``title`` / ``work_mode`` or soft-delete (``deleted_at``): ``{session_id}``."""
+    p = validate(_UpdateParams, params)
+    change = services.session_update(
+        user_id=ctx.user_id,
+        session_id=p["session_id"],
+        title=p.get("title"),
+        work_mode=p.get("work_mode"),
+        deleted_at=p.get("deleted_at"),
+    )
+    return {"result": {"session_id": str(change.session.id)}, "updates": change.updates}
+
+
+@rpc("v1.session.fork")
+def session_fork(ctx: RpcContext, params: dict[str, Any]) -> dict[str, Any]:
+    """Fork before a message with new content: ``{session_id, turn_id: "", message_ids}``."""
+    p = validate(_ForkParams, params)
+    limit = p.get("limit")
+    fork = services.session_fork(
+        user_id=ctx.user_id,
+        device_id=ctx.device_id,
+        old_session_id=p["old_server_session_id"],
+        old_message_id=p["old_server_message_id"],
+        new_client_session_id=p["new_client_session_id"],
+        new_client_message_id=p["new_client_message_id"],
+        content=p["content_data"],
+        limit=services.FORK_LIMIT_DEFAULT if limit is None else limit,
+    )
+    result = {
+        "session_id": str(fork.session.id),
+        "turn_id": "",
+        "message_ids": [str(m.id) for m in fork.messages],
+    }
+    return {"result": result, "updates": fork.updates}
+
+
+@rpc("v1.message.list")
+def message_list(ctx: RpcContext, params: dict[str, Any]) -> dict[str, Any]:
+    """Messages after ``cursor`` (a global_offset), ascending: ``{items, next_cursor}``
+    (``next_cursor`` is ``null`` at the end)."""
+    p = validate(_MessageListParams, params)
+    page = selectors.message_list(
+        user_id=ctx.user_id,
+        session_id=p["session_id"],
+        cursor=p.get("cursor"),
+        limit=p.get("limit"),
+    )
+    return {"items": [message_to_dict(m) for m in page.items], "next_cursor": page.next_cursor}
+
+
+@rpc("v1.message.get")
+def message_get(ctx: RpcContext, params: dict[str, Any]) -> dict[str, Any]:
+    """One of the caller's messages: ``{item}``."""
+    p = validate(_MessageParams, params)
+    message = selectors.message_get(user_id=ctx.user_id, message_id=p["message_id"])
+    return {"item": message_to_dict(message)}

@@ -1,0 +1,122 @@
+"""Reads of sessions and messages, always scoped to their owner.
+
+Every selector takes the caller's ``user_id``: a row of another user, a soft-deleted session (or
+anything inside one) and a row that does not exist are the same ``NotFound``, so nobody learns
+that someone else's id exists. Selectors return model instances for services and handlers to
+serialize; they never write.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+from django.db.models import QuerySet
+
+from rtcagent.errors import InvalidRequest, NotFound
+
+from .models import Message, Session
+from .pagination import Page, keyset_page, page_limit
+
+SESSION_PAGE_DEFAULT = 20
+MESSAGE_PAGE_DEFAULT = 50
+
+
+def as_uuid(value: uuid.UUID | str, entity: str) -> uuid.UUID:
+    """``value`` as a UUID; a malformed id cannot name anything, so it is ``NotFound``."""
+    if isinstance(value, uuid.UUID):
+        return value
+    try:
+        return uuid.UUID(str(value))
+    except ValueError:
+        raise NotFound(entity, value) from None
+
+
+def visible_sessions(*, user_id: int) -> QuerySet[Session]:
+    """The caller's sessions that are not soft-deleted."""
+    return Session.objects.filter(user_id=user_id, deleted_at__isnull=True).select_related(
+        "parent_session", "root_session"
+    )
+
+
+def session_get(*, user_id: int, session_id: uuid.UUID | str) -> Session:
+    """The caller's visible session ``session_id``, or ``NotFound('session')``."""
+    pk = as_uuid(session_id, "session")
+    session = visible_sessions(user_id=user_id).filter(pk=pk).first()
+    if session is None:
+        raise NotFound("session", pk)
+    return session
+
+
+def session_list(*, user_id: int, cursor: str | None = None, limit: int | None = None) -> Page:
+    """The caller's visible sessions, most recently updated first, keyset-paged on
+    ``(updated_at, id)``; ``limit`` defaults to 20 and is capped at ``PAGE_MAX``."""
+    size = page_limit(limit, default=SESSION_PAGE_DEFAULT)
+    return keyset_page(
+        visible_sessions(user_id=user_id),
+        field="updated_at",
+        cursor=cursor,
+        limit=size,
+        descending=True,
+    )
+
+
+def visible_messages(*, user_id: int) -> QuerySet[Message]:
+    """The caller's messages that are not deleted and whose session is not soft-deleted."""
+    return Message.objects.filter(
+        user_id=user_id, deleted_at__isnull=True, session__deleted_at__isnull=True
+    )
+
+
+def message_get(*, user_id: int, message_id: uuid.UUID | str) -> Message:
+    """The caller's visible message ``message_id``, or ``NotFound('message')``."""
+    pk = as_uuid(message_id, "message")
+    message = visible_messages(user_id=user_id).filter(pk=pk).first()
+    if message is None:
+        raise NotFound("message", pk)
+    return message
+
+
+@dataclass(frozen=True)
+class MessagePage:
+    """Messages in ``global_offset`` order; ``next_cursor`` is the last offset, or ``None``
+    when there are no more."""
+
+    items: list[Message]
+    next_cursor: int | None
+
+
+def message_list(
+    *,
+    user_id: int,
+    session_id: uuid.UUID | str,
+    cursor: int | None = None,
+    limit: int | None = None,
+) -> MessagePage:
+    """Messages of the caller's session with ``global_offset > cursor``, ascending.
+
+    ``cursor`` is a ``global_offset`` (absent: from the start); ``limit`` defaults to 50 and is
+    capped at ``PAGE_MAX``. ``NotFound('session')`` for a session that is not visible.
+    """
+    session = session_get(user_id=user_id, session_id=session_id)
+    size = page_limit(limit, default=MESSAGE_PAGE_DEFAULT)
+    if cursor is not None and (isinstance(cursor, bool) or not isinstance(cursor, int)):
+        raise InvalidRequest("cursor: must be a non-negative integer")
+    if cursor is not None and cursor < 0:
+        raise InvalidRequest("cursor: must be a non-negative integer")
+    rows = visible_messages(user_id=user_id).filter(session=session)
+    if cursor is not None:
+        rows = rows.filter(global_offset__gt=cursor)
+    page = list(rows.order_by("global_offset")[: size + 1])
+    if len(page) <= size:
+        return MessagePage(items=page, next_cursor=None)
+    page = page[:size]
+    return MessagePage(items=page, next_cursor=page[-1].global_offset)
+
+
+def messages_before(*, session: Session, global_offset: int, limit: int) -> list[Message]:
+    """The last ``limit`` visible messages of ``session`` before ``global_offset``, ascending."""
+    rows = Message.objects.filter(
+        session=session, deleted_at__isnull=True, global_offset__lt=global_offset
+    ).order_by("-global_offset")[:limit]
+    return list(reversed(list(rows)))

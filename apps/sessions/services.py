@@ -1,0 +1,321 @@
+"""Writes to sessions and messages: one function per use case, each in one transaction.
+
+Each action service validates, checks ownership (another user's session is ``NotFound``), writes
+with conditional updates, and records its Update through ``apps.gateway.events.publish_update``
+inside the same transaction, so the Update is published if and only if the change commits.
+Services return the changed rows and the Updates; handlers shape the wire result.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from apps.gateway.events import item, publish_update
+from rtcagent.errors import ClientIdConflict, InvalidRequest, InvalidState, NotFound
+
+from .models import (
+    SESSION_TRANSITIONS,
+    ContentType,
+    Message,
+    MessageRole,
+    Session,
+    SessionStatus,
+    WorkMode,
+)
+from .selectors import as_uuid, messages_before, session_get, visible_messages
+from .serializers import message_to_dict, session_to_dict
+from .statemachine import apply_transition
+
+FORK_LIMIT_DEFAULT = 200
+FORK_LIMIT_MAX = 1000
+TITLE_MAX = 255
+
+_TEXT_TYPES = {ContentType.MARKDOWN, ContentType.TEXT, ContentType.THINKING}
+_OBJECT_TYPES = {
+    ContentType.TOOLCALL_INPUT,
+    ContentType.TOOLCALL_OUTPUT,
+    ContentType.USER_MESSAGE,
+    ContentType.ERROR,
+    ContentType.PROMPT,
+}
+USER_CONTENT_TYPES = frozenset({ContentType.USER_MESSAGE, ContentType.TEXT, ContentType.MARKDOWN})
+
+
+@dataclass(frozen=True)
+class SessionChange:
+    """A session after an action, and the Updates it published (empty when nothing changed)."""
+
+    session: Session
+    updates: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class SessionFork:
+    session: Session
+    messages: list[Message]  # copies then the new user message, in global_offset order
+    updates: list[dict[str, Any]]
+
+
+def validate_content(content: Any, *, allowed: frozenset[str] | None = None) -> dict[str, Any]:
+    """Check a message content ``{type, data}`` and return it; ``InvalidRequest`` otherwise.
+
+    Text types carry a string, ``summary`` a list, the others an object (``user_message`` with a
+    string ``text``). ``allowed`` narrows the accepted types.
+    """
+    if not isinstance(content, dict) or set(content) != {"type", "data"}:
+        raise InvalidRequest("content_data: must be an object with exactly type and data")
+    kind, data = content["type"], content["data"]
+    if kind not in ContentType.values or (allowed is not None and kind not in allowed):
+        raise InvalidRequest(f"content_data.type: {kind!r} is not accepted here")
+    if kind in _TEXT_TYPES:
+        ok = isinstance(data, str)
+    elif kind == ContentType.SUMMARY:
+        ok = isinstance(data, list)
+    else:
+        ok = isinstance(data, dict)
+        if ok and kind == ContentType.USER_MESSAGE:
+            ok = isinstance(data.get("text"), str)
+    if not ok:
+        raise InvalidRequest(f"content_data.data: wrong shape for type {kind}")
+    return {"type": kind, "data": data}
+
+
+def session_transition(
+    *,
+    session_id: uuid.UUID | str,
+    to: str,
+    user_id: int | None = None,
+    only_from: Collection[str] | None = None,
+) -> Session:
+    """Move a session along ``SESSION_TRANSITIONS`` with one conditional UPDATE.
+
+    Closing stamps ``closed_at``; entering idle clears it. With ``user_id`` the move is scoped to
+    that owner's visible sessions; ``only_from`` narrows the allowed predecessors. Raises
+    ``InvalidState`` (nothing changed) when the move is refused, ``NotFound`` when the session is
+    not there. Publishes nothing: callers decide which Update the change belongs to.
+    """
+    pk = as_uuid(session_id, "session")
+    scope: dict[str, Any] = {"deleted_at__isnull": True}
+    if user_id is not None:
+        scope["user_id"] = user_id
+    values: dict[str, Any] = {}
+    if to == SessionStatus.CLOSED:
+        values["closed_at"] = timezone.now()
+    elif to == SessionStatus.IDLE:
+        values["closed_at"] = None
+    apply_transition(
+        Session,
+        entity="session",
+        pk=pk,
+        to=to,
+        table=SESSION_TRANSITIONS,
+        scope=scope,
+        values=values,
+        only_from=only_from,
+    )
+    return Session.objects.select_related("parent_session", "root_session").get(pk=pk)
+
+
+def _session_updated(session: Session) -> list[dict[str, Any]]:
+    return [
+        publish_update(
+            user_id=session.user_id,
+            items=[item("session", "updated", session.id)],
+            data_list=[session_to_dict(session)],
+        )
+    ]
+
+
+def session_open(*, user_id: int, session_id: uuid.UUID | str) -> SessionChange:
+    """Reopen the caller's closed session (closed -> idle, ``closed_at`` cleared).
+
+    Idempotent: a session that is not closed is returned unchanged with no Update.
+    """
+    with transaction.atomic():
+        try:
+            session = session_transition(
+                session_id=session_id,
+                to=SessionStatus.IDLE,
+                user_id=user_id,
+                only_from=(SessionStatus.CLOSED,),
+            )
+        except InvalidState:
+            return SessionChange(session=session_get(user_id=user_id, session_id=session_id))
+        return SessionChange(session=session, updates=_session_updated(session))
+
+
+def session_close(*, user_id: int, session_id: uuid.UUID | str) -> SessionChange:
+    """Close the caller's session (active/idle -> closed, ``closed_at`` stamped).
+
+    Idempotent: closing a closed session changes nothing and publishes nothing.
+    """
+    with transaction.atomic():
+        try:
+            session = session_transition(
+                session_id=session_id, to=SessionStatus.CLOSED, user_id=user_id
+            )
+        except InvalidState:
+            return SessionChange(session=session_get(user_id=user_id, session_id=session_id))
+        return SessionChange(session=session, updates=_session_updated(session))
+
+
+def session_update(
+    *,
+    user_id: int,
+    session_id: uuid.UUID | str,
+    title: str | None = None,
+    work_mode: str | None = None,
+    deleted_at: datetime | None = None,
+) -> SessionChange:
+    """Change the title and/or work mode of the caller's session, or soft-delete it.
+
+    ``None`` means "leave as is"; at least one field is required. A soft-deleted session (given
+    ``deleted_at``, an aware datetime) disappears from every query; its Update still carries it,
+    with ``deleted_at`` set, so clients drop it. Raises ``InvalidRequest`` on bad values.
+    """
+    changes: dict[str, Any] = {}
+    if title is not None:
+        if not isinstance(title, str) or len(title) > TITLE_MAX:
+            raise InvalidRequest(f"title: must be a string of at most {TITLE_MAX} characters")
+        changes["title"] = title
+    if work_mode is not None:
+        if work_mode not in WorkMode.values:
+            raise InvalidRequest(f"work_mode: must be one of {', '.join(WorkMode.values)}")
+        changes["work_mode"] = work_mode
+    if deleted_at is not None:
+        if not isinstance(deleted_at, datetime) or timezone.is_naive(deleted_at):
+            raise InvalidRequest("deleted_at: must be a date-time with a time zone")
+        changes["deleted_at"] = deleted_at
+    if not changes:
+        raise InvalidRequest("nothing to update: give title, work_mode or deleted_at")
+    pk = as_uuid(session_id, "session")
+    with transaction.atomic():
+        changed = Session.objects.filter(pk=pk, user_id=user_id, deleted_at__isnull=True).update(
+            updated_at=timezone.now(), **changes
+        )
+        if not changed:
+            raise NotFound("session", pk)
+        session = Session.objects.select_related("parent_session", "root_session").get(pk=pk)
+        return SessionChange(session=session, updates=_session_updated(session))
+
+
+def session_allocate_offsets(*, session_id: uuid.UUID | str, count: int = 1) -> int:
+    """Reserve ``count`` consecutive ``global_offset`` values; returns the first.
+
+    One conditional UPDATE on the session's counter: call it inside the transaction that inserts
+    the messages, so the row lock serializes concurrent writers until that commit.
+    """
+    if count < 1:
+        raise ValueError("count must be positive")
+    pk = as_uuid(session_id, "session")
+    with transaction.atomic():
+        if not Session.objects.filter(pk=pk).update(
+            last_message_offset=F("last_message_offset") + count
+        ):
+            raise NotFound("session", pk)
+        last = Session.objects.filter(pk=pk).values_list("last_message_offset", flat=True).get()
+    return last - count + 1
+
+
+def _conflict(user_id: int, client_id: str) -> ClientIdConflict:
+    existing = Message.objects.filter(user_id=user_id, client_id=client_id).first()
+    details = (
+        {"session_id": str(existing.session_id), "message_id": str(existing.id)}
+        if existing
+        else None
+    )
+    return ClientIdConflict(f"client_id {client_id!r} already used", details=details)
+
+
+def session_fork(
+    *,
+    user_id: int,
+    device_id: str,
+    old_session_id: uuid.UUID | str,
+    old_message_id: uuid.UUID | str,
+    new_client_session_id: str,
+    new_client_message_id: str,
+    content: dict[str, Any],
+    limit: int = FORK_LIMIT_DEFAULT,
+) -> SessionFork:
+    """Start a new session from the history of one of the caller's sessions.
+
+    Copies the at most ``limit`` (capped at 1000) most recent messages *before*
+    ``old_message_id`` into a new idle session (offsets renumbered from 1, turns not copied,
+    parent links remapped to the copies), then adds the user message ``content`` with
+    ``client_id = new_client_message_id``. All in one transaction with one Update (the session
+    and every message ``created``). A reused ``new_client_message_id`` is ``ClientIdConflict``
+    and nothing is created. The agent turn for the new message is not started here: the agent
+    engine enqueues it (as for ``message.send``), which is why the reply's ``turn_id`` is "".
+    """
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise InvalidRequest("limit: must be a positive integer")
+    limit = min(limit, FORK_LIMIT_MAX)
+    content = validate_content(content, allowed=USER_CONTENT_TYPES)
+    with transaction.atomic():
+        old = session_get(user_id=user_id, session_id=old_session_id)
+        anchor_pk = as_uuid(old_message_id, "message")
+        anchor = visible_messages(user_id=user_id).filter(session=old, pk=anchor_pk).first()
+        if anchor is None:
+            raise NotFound("message", anchor_pk)
+        sources = messages_before(session=old, global_offset=anchor.global_offset, limit=limit)
+        new = Session.objects.create(
+            user_id=user_id,
+            client_session_id=new_client_session_id,
+            title=old.title,
+            work_mode=old.work_mode,
+            device_id=device_id or old.device_id,
+            agent_prompt=old.agent_prompt,
+            status=SessionStatus.IDLE,
+            last_message_offset=len(sources) + 1,
+        )
+        created = Message(
+            session=new,
+            user_id=user_id,
+            client_id=new_client_message_id,
+            global_offset=len(sources) + 1,
+            role=MessageRole.USER,
+            content=content,
+        )
+        try:
+            with transaction.atomic():
+                created.save(force_insert=True)
+        except IntegrityError:
+            raise _conflict(user_id, new_client_message_id) from None
+        copies = [_copy(src, new, offset) for offset, src in enumerate(sources, start=1)]
+        remap = {src.id: copy.id for src, copy in zip(sources, copies, strict=True)}
+        for src, copy in zip(sources, copies, strict=True):
+            copy.parent_message_id = remap.get(src.parent_message_id)
+        Message.objects.bulk_create(copies)
+        messages = [*copies, created]
+        update = publish_update(
+            user_id=user_id,
+            items=[item("session", "created", new.id)]
+            + [item("message", "created", m.id) for m in messages],
+            data_list=[session_to_dict(new)] + [message_to_dict(m) for m in messages],
+        )
+    return SessionFork(session=new, messages=messages, updates=[update])
+
+
+def _copy(src: Message, session: Session, offset: int) -> Message:
+    return Message(
+        session=session,
+        user_id=src.user_id,
+        global_offset=offset,
+        role=src.role,
+        content=src.content,
+        streaming_status=src.streaming_status,
+        input_tokens=src.input_tokens,
+        output_tokens=src.output_tokens,
+        total_tokens=src.total_tokens,
+        cached_tokens=src.cached_tokens,
+        reasoning_tokens=src.reasoning_tokens,
+    )

@@ -1,0 +1,94 @@
+"""Turns: one agent reasoning round, from the triggering message to the final answer.
+
+Invariants kept by the database:
+
+* At most one *active* turn (``pending``, ``running`` or ``interrupted``) per session: a partial
+  unique index, so two concurrent sends cannot both start a turn.
+* ``status`` only moves along ``TURN_TRANSITIONS``; the terminal statuses (completed, failed,
+  cancelled, merged) never change (see ``services.turn_transition``).
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+
+class TurnStatus(models.TextChoices):
+    PENDING = "pending"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    INTERRUPTED = "interrupted"  # suspended, waiting for a browser tool result
+    MERGED = "merged"
+
+
+ACTIVE_TURN_STATUSES = (TurnStatus.PENDING, TurnStatus.RUNNING, TurnStatus.INTERRUPTED)
+TERMINAL_TURN_STATUSES = (
+    TurnStatus.COMPLETED,
+    TurnStatus.FAILED,
+    TurnStatus.CANCELLED,
+    TurnStatus.MERGED,
+)
+
+_ENDINGS = frozenset({TurnStatus.FAILED, TurnStatus.CANCELLED, TurnStatus.MERGED})
+TURN_TRANSITIONS: dict[str, frozenset[str]] = {
+    TurnStatus.PENDING: frozenset({TurnStatus.RUNNING}) | _ENDINGS,
+    TurnStatus.RUNNING: frozenset({TurnStatus.COMPLETED, TurnStatus.INTERRUPTED}) | _ENDINGS,
+    # interrupted -> running when the tool result arrives and the engine resumes.
+    TurnStatus.INTERRUPTED: frozenset({TurnStatus.RUNNING}) | _ENDINGS,
+    TurnStatus.COMPLETED: frozenset(),
+    TurnStatus.FAILED: frozenset(),
+    TurnStatus.CANCELLED: frozenset(),
+    TurnStatus.MERGED: frozenset(),
+}
+
+
+class Turn(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    session = models.ForeignKey(
+        "agent_sessions.Session", on_delete=models.CASCADE, related_name="turns"
+    )
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="agent_turns"
+    )
+    client_id = models.CharField(max_length=128, blank=True, default="")
+    status = models.CharField(max_length=16, choices=TurnStatus.choices, default=TurnStatus.PENDING)
+    trigger_message = models.ForeignKey(
+        "agent_sessions.Message",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="triggered_turns",
+    )
+    error_message = models.TextField(blank=True, default="")
+    input_tokens = models.BigIntegerField(default=0)
+    output_tokens = models.BigIntegerField(default=0)
+    total_tokens = models.BigIntegerField(default=0)
+    cached_tokens = models.BigIntegerField(default=0)
+    reasoning_tokens = models.BigIntegerField(default=0)
+    started_at = models.DateTimeField(null=True, blank=True)
+    completed_at = models.DateTimeField(null=True, blank=True)  # set on any terminal status
+    deleted_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["session"],
+                condition=Q(status__in=ACTIVE_TURN_STATUSES),
+                name="turn_one_active_per_session",
+            )
+        ]
+        indexes = [
+            models.Index(fields=["session", "created_at", "id"], name="turn_session_created"),
+            models.Index(fields=["status", "updated_at"], name="turn_status_updated"),
+        ]
+
+    def __str__(self) -> str:
+        return f"turn {self.id} ({self.status})"
