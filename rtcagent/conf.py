@@ -21,6 +21,9 @@ DEFAULTS: dict[str, Any] = {
     "HISTORY_MAX_LIMIT": 1000,
     # RPC paging
     "PAGE_MAX": 200,
+    # Remote tool calls
+    "DEADLINE_SECONDS": 300.0,  # an unfinished RTC becomes "timeout" after this
+    "ASK_DEADLINE_SECONDS": 1800.0,  # askUser waits for a person
     # Worker
     "WORKER_LEASE_MS": 30_000,  # a session lock's lease; renewed every third of it
     "ORPHAN_AFTER": 10.0,  # seconds before a turn nobody runs is re-enqueued by the sweeper

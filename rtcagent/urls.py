@@ -8,5 +8,6 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("", include("apps.accounts.urls")),
     path("", include("apps.gateway.urls")),
+    path("", include("apps.rtc.urls")),
     path("api/schema/", SpectacularAPIView.as_view(permission_classes=[]), name="schema"),
 ]

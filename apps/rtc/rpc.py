@@ -1,4 +1,4 @@
-"""RPC namespace ``v1.rtc.*`` (reads). ``update_status`` / ``submit_result`` come with the engine.
+"""RPC namespace ``v1.rtc.*``: reads, and the browser's status reports and results.
 
 Queries answer ``{items, next_cursor}`` (``next_cursor`` "" at the end) and ``{item}``; every
 read is scoped to the caller, another user's ids are ``rtc.not_found`` / ``session.not_found``.
@@ -13,7 +13,7 @@ from rest_framework import serializers
 from apps.gateway.params import validate
 from apps.gateway.registry import RpcContext, rpc
 
-from . import selectors
+from . import selectors, services
 from .serializers import rtc_to_dict
 
 
@@ -45,3 +45,54 @@ def rtc_get(ctx: RpcContext, params: dict[str, Any]) -> dict[str, Any]:
     """One of the caller's RTCs."""
     p = validate(_GetParams, params)
     return {"item": rtc_to_dict(selectors.rtc_get(user_id=ctx.user_id, rtc_id=p["rtc_id"]))}
+
+
+class _StatusParams(serializers.Serializer):
+    rtc_id = serializers.UUIDField()
+    status = serializers.ChoiceField(choices=["sent", "executing", "rejected"])
+    client_id = serializers.CharField(required=False, allow_blank=True, max_length=128, default="")
+    reason = serializers.CharField(required=False, allow_blank=True, max_length=2000, default="")
+
+
+class ResultParams(serializers.Serializer):
+    """Body of ``v1.rtc.submit_result`` and of ``POST /api/rtc/{rtc_id}/result``."""
+
+    success = serializers.BooleanField()
+    result = serializers.JSONField(required=False, allow_null=True, default=None)
+    error = serializers.CharField(required=False, allow_blank=True, max_length=10000, default="")
+    client_id = serializers.CharField(required=False, allow_blank=True, max_length=128, default="")
+
+
+class _ResultParams(ResultParams):
+    rtc_id = serializers.UUIDField()
+
+
+@rpc("v1.rtc.update_status")
+def rtc_update_status(ctx: RpcContext, params: dict[str, Any]) -> dict[str, Any]:
+    """Report ``sent`` / ``executing`` / ``rejected``; statuses never go back."""
+    p = validate(_StatusParams, params)
+    change = services.rtc_update_status(
+        user_id=ctx.user_id, rtc_id=p["rtc_id"], status=p["status"], client_id=p["client_id"],
+        reason=p["reason"], device_id=ctx.device_id,
+    )
+    return {"result": {"rtc": rtc_to_dict(change.rtc)}, "updates": change.updates}
+
+
+def submit_result(ctx: RpcContext, rtc_id: Any, p: dict[str, Any]) -> dict[str, Any]:
+    """Shared by the RPC and the HTTP twin: apply once, answer the stored RTC."""
+    change = services.rtc_submit_result(
+        user_id=ctx.user_id, rtc_id=rtc_id, success=p["success"], result=p.get("result"),
+        error=p.get("error", ""), client_id=p.get("client_id", ""), device_id=ctx.device_id,
+    )
+    return {
+        "result": {"rtc": rtc_to_dict(change.rtc), "duplicate": change.duplicate},
+        "updates": change.updates,
+    }
+
+
+@rpc("v1.rtc.submit_result")
+def rtc_submit_result(ctx: RpcContext, params: dict[str, Any]) -> dict[str, Any]:
+    """Deliver a tool's result; repeats return the stored result (``duplicate`` for the same
+    ``client_id``) and never apply a second one."""
+    p = validate(_ResultParams, params)
+    return submit_result(ctx, p["rtc_id"], p)

@@ -10,16 +10,21 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
+from django.db import transaction
 from django.db.models import F
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from apps.gateway.events import item, publish_update
 from apps.sessions.selectors import as_uuid
 from apps.sessions.statemachine import apply_transition
+from rtcagent.errors import InvalidRequest, InvalidState, NotFound, PermissionDenied
 
 from .models import RTC_TRANSITIONS, TERMINAL_RTC_STATUSES, Rtc, RtcStatus
+from .serializers import rtc_to_dict
 
 
 def rtc_transition(
@@ -51,3 +56,108 @@ def rtc_transition(
         Rtc, entity="rtc", pk=pk, to=to, table=RTC_TRANSITIONS, scope=scope, values=stamps
     )
     return Rtc.objects.get(pk=pk)
+
+
+# --- the browser's side of an RTC: status, result, timeout ----------------------------------
+
+_BROWSER_STATUSES = {RtcStatus.SENT, RtcStatus.EXECUTING, RtcStatus.REJECTED}
+
+
+@dataclass(frozen=True)
+class RtcChange:
+    rtc: Rtc
+    updates: list[dict[str, Any]] = field(default_factory=list)
+    duplicate: bool = False
+
+
+def _owned(user_id: int, rtc_id: uuid.UUID | str) -> Rtc:
+    pk = as_uuid(rtc_id, "rtc")
+    rtc = Rtc.objects.select_related("session").filter(
+        pk=pk, user_id=user_id, deleted_at__isnull=True
+    ).first()
+    if rtc is None:
+        raise NotFound("rtc", pk)
+    return rtc
+
+
+def _check_device(rtc: Rtc, device_id: str) -> None:
+    owner = rtc.session.device_id
+    if owner and device_id and owner != device_id:
+        raise PermissionDenied("another device executes this session's tool calls")
+
+
+def _published(rtc: Rtc) -> list[dict[str, Any]]:
+    return [publish_update(user_id=rtc.user_id, items=[item("rtc", "updated", rtc.id)],
+                           data_list=[rtc_to_dict(rtc)])]
+
+
+def _resume_after_commit(rtc: Rtc) -> None:
+    from apps.turns.queue import enqueue_resume
+
+    transaction.on_commit(lambda: enqueue_resume(rtc.session_id, rtc.turn_id))
+
+
+def rtc_update_status(
+    *, user_id: int, rtc_id: uuid.UUID | str, status: str, client_id: str = "",
+    reason: str = "", device_id: str = "",
+) -> RtcChange:
+    """The browser reports ``sent``, ``executing`` or ``rejected`` (with an optional reason).
+
+    Statuses only move forward: a report that would go back (``sent`` after ``executing``) or
+    touch a finished RTC is ``InvalidState`` and changes nothing. A rejection resumes the turn,
+    which tells the model ``[Tool Rejected] <reason>``.
+    """
+    if status not in _BROWSER_STATUSES:
+        raise InvalidRequest("status: must be sent, executing or rejected")
+    with transaction.atomic():
+        rtc = _owned(user_id, rtc_id)
+        _check_device(rtc, device_id)
+        values: dict[str, Any] = {}
+        if status == RtcStatus.REJECTED:
+            values = {"error_message": reason[:2000], "client_id": client_id}
+        rtc = rtc_transition(rtc_id=rtc.id, to=status, user_id=user_id, values=values)
+        if status == RtcStatus.REJECTED:
+            _resume_after_commit(rtc)
+        return RtcChange(rtc=rtc, updates=_published(rtc))
+
+
+def rtc_submit_result(
+    *, user_id: int, rtc_id: uuid.UUID | str, success: bool, result: Any = None,
+    error: str = "", client_id: str = "", device_id: str = "",
+) -> RtcChange:
+    """Apply a tool's result once; a repeat returns the stored result and changes nothing.
+
+    ``duplicate`` is true when the RTC was already finished by the same ``client_id`` (a
+    retried delivery). Results are applied only to unfinished RTCs, by one conditional UPDATE,
+    so of two racing submissions exactly one wins. The turn resumes after commit.
+    """
+    with transaction.atomic():
+        rtc = _owned(user_id, rtc_id)
+        _check_device(rtc, device_id)
+        if rtc.status not in TERMINAL_RTC_STATUSES:
+            to = RtcStatus.COMPLETED if success else RtcStatus.FAILED
+            values = {"client_id": client_id}
+            if success:
+                values["result"] = result
+            else:
+                values["error_message"] = (error or "the tool failed")[:10000]
+            try:
+                rtc = rtc_transition(rtc_id=rtc.id, to=to, user_id=user_id, values=values)
+            except InvalidState:
+                rtc = Rtc.objects.select_related("session").get(pk=rtc.id)
+            else:
+                _resume_after_commit(rtc)
+                return RtcChange(rtc=rtc, updates=_published(rtc))
+    return RtcChange(rtc=rtc, duplicate=bool(client_id) and rtc.client_id == client_id)
+
+
+def rtc_timeout(*, rtc_id: uuid.UUID | str) -> int:
+    """An unfinished RTC past its deadline becomes ``timeout``; returns 1 if it did."""
+    with transaction.atomic():
+        try:
+            rtc = rtc_transition(rtc_id=rtc_id, to=RtcStatus.TIMEOUT)
+        except InvalidState:
+            return 0
+        _published(rtc)
+        _resume_after_commit(rtc)
+        return 1

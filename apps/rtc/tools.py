@@ -94,7 +94,11 @@ def needs_approval(tool_name: str, work_mode: str, *, klass: str | None = None) 
 
 
 def deadline_for(tool_name: str) -> timedelta:
-    return timedelta(minutes=30 if tool_name == "askUser" else 5)
+    """How long the browser has (``RTC_DEADLINE_SECONDS``, askUser ``RTC_ASK_DEADLINE_SECONDS``)."""
+    from rtcagent.conf import rtc_setting
+
+    name = "ASK_DEADLINE_SECONDS" if tool_name == "askUser" else "DEADLINE_SECONDS"
+    return timedelta(seconds=float(rtc_setting(name)))
 
 
 def schemas() -> list[dict[str, Any]]:

@@ -152,3 +152,43 @@ def message_get(ctx: RpcContext, params: dict[str, Any]) -> dict[str, Any]:
     p = validate(_MessageParams, params)
     message = selectors.message_get(user_id=ctx.user_id, message_id=p["message_id"])
     return {"item": message_to_dict(message)}
+
+
+class _SendParams(serializers.Serializer):
+    content_data = serializers.JSONField()
+    client_id = serializers.CharField(max_length=128)
+    client_session_id = serializers.CharField(
+        required=False, allow_blank=True, max_length=128, default=""
+    )
+    server_session_id = serializers.UUIDField(required=False, allow_null=True)
+    agent_prompt = serializers.CharField(
+        required=False, allow_null=True, allow_blank=True, max_length=20000, trim_whitespace=False
+    )
+    work_mode = serializers.ChoiceField(choices=WorkMode.choices, required=False, allow_null=True)
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("server_session_id") == "":
+            data = {**data, "server_session_id": None}  # "" means: create the session
+        return super().to_internal_value(data)
+
+
+@rpc("v1.message.send")
+def message_send(ctx: RpcContext, params: dict[str, Any]) -> dict[str, Any]:
+    """Send a user message: ``{session_id, turn_id: "", message_id}``; the turn starts async."""
+    p = validate(_SendParams, params)
+    sent = services.message_send(
+        user_id=ctx.user_id,
+        device_id=ctx.device_id,
+        content=p["content_data"],
+        client_id=p["client_id"],
+        client_session_id=p["client_session_id"],
+        server_session_id=p.get("server_session_id"),
+        agent_prompt=p.get("agent_prompt"),
+        work_mode=p.get("work_mode"),
+    )
+    result = {
+        "session_id": str(sent.session.id),
+        "turn_id": "",
+        "message_id": str(sent.message.id),
+    }
+    return {"result": result, "updates": sent.updates}

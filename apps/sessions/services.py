@@ -253,8 +253,8 @@ def session_fork(
     parent links remapped to the copies), then adds the user message ``content`` with
     ``client_id = new_client_message_id``. All in one transaction with one Update (the session
     and every message ``created``). A reused ``new_client_message_id`` is ``ClientIdConflict``
-    and nothing is created. The agent turn for the new message is not started here: the agent
-    engine enqueues it (as for ``message.send``), which is why the reply's ``turn_id`` is "".
+    and nothing is created. The agent turn for the new message is started by a worker: the
+    message is queued after commit (as for ``message.send``), which is why ``turn_id`` is "".
     """
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise InvalidRequest("limit: must be a positive integer")
@@ -296,6 +296,9 @@ def session_fork(
             copy.parent_message_id = remap.get(src.parent_message_id)
         Message.objects.bulk_create(copies)
         messages = [*copies, created]
+        from apps.turns.queue import enqueue_message
+
+        transaction.on_commit(lambda: enqueue_message(new.id, created.id))
         update = publish_update(
             user_id=user_id,
             items=[item("session", "created", new.id)]
@@ -319,3 +322,85 @@ def _copy(src: Message, session: Session, offset: int) -> Message:
         cached_tokens=src.cached_tokens,
         reasoning_tokens=src.reasoning_tokens,
     )
+
+
+@dataclass(frozen=True)
+class MessageSent:
+    session: Session
+    message: Message
+    updates: list[dict[str, Any]]
+
+
+def _title_from(content: dict[str, Any]) -> str:
+    data = content["data"]
+    text = data.get("text", "") if isinstance(data, dict) else str(data)
+    return " ".join(text.split())[:60]
+
+
+def message_send(
+    *,
+    user_id: int,
+    device_id: str,
+    content: dict[str, Any],
+    client_id: str,
+    client_session_id: str = "",
+    server_session_id: uuid.UUID | str | None = None,
+    agent_prompt: str | None = None,
+    work_mode: str | None = None,
+) -> MessageSent:
+    """Add a user message (creating the session when ``server_session_id`` is empty).
+
+    Idempotent on ``client_id``: a reused one is ``ClientIdConflict`` whose details name the
+    existing ``session_id`` and ``message_id``, and nothing is written. The sending device becomes
+    the session's executing device. The turn is started by a worker: after commit the message
+    is queued behind any turn still running in the session, in order.
+    """
+    from apps.turns.queue import enqueue_message
+
+    content = validate_content(content, allowed=USER_CONTENT_TYPES)
+    if not client_id:
+        raise InvalidRequest("client_id: required")
+    if work_mode is not None and work_mode not in WorkMode.values:
+        raise InvalidRequest(f"work_mode: {work_mode!r} is not a work mode")
+    with transaction.atomic():
+        created = not server_session_id
+        if created:
+            session = Session.objects.create(
+                user_id=user_id, client_session_id=client_session_id,
+                title=_title_from(content), device_id=device_id,
+                agent_prompt=agent_prompt or "", work_mode=work_mode or WorkMode.EDIT,
+                status=SessionStatus.IDLE,
+            )
+        else:
+            session = session_get(user_id=user_id, session_id=server_session_id)
+            if session.status == SessionStatus.CLOSED:
+                raise InvalidState(f"session {session.id} is closed; open it first")
+            changes: dict[str, Any] = {"updated_at": timezone.now()}
+            if device_id:
+                changes["device_id"] = device_id
+            if agent_prompt is not None:
+                changes["agent_prompt"] = agent_prompt
+            if work_mode is not None:
+                changes["work_mode"] = work_mode
+            Session.objects.filter(pk=session.pk).update(**changes)
+        offset = session_allocate_offsets(session_id=session.id)
+        message = Message(
+            session_id=session.id, user_id=user_id, client_id=client_id,
+            global_offset=offset, role=MessageRole.USER, content=content,
+        )
+        try:
+            with transaction.atomic():
+                message.save(force_insert=True)
+        except IntegrityError:
+            raise _conflict(user_id, client_id) from None
+        session = Session.objects.get(pk=session.pk)
+        update = publish_update(
+            user_id=user_id,
+            items=[
+                item("session", "created" if created else "updated", session.id),
+                item("message", "created", message.id),
+            ],
+            data_list=[session_to_dict(session), message_to_dict(message)],
+        )
+        transaction.on_commit(lambda: enqueue_message(session.id, message.id))
+    return MessageSent(session=session, message=message, updates=[update])

@@ -162,6 +162,16 @@ def enqueue(session_id: str, item: dict[str, Any], *, resume: bool = False) -> N
     )
 
 
+def enqueue_message(session_id: object, message_id: object) -> None:
+    """Queue the turn for a user message (behind any turn of the session still open)."""
+    enqueue(str(session_id), {"kind": "message", "message_id": str(message_id)})
+
+
+def enqueue_resume(session_id: object, turn_id: object) -> None:
+    """Queue the continuation of a turn (its RTC finished, or nobody was running it)."""
+    enqueue(str(session_id), {"kind": "resume", "turn_id": str(turn_id)}, resume=True)
+
+
 def pending(session_id: str) -> dict[str, int]:
     r = get_redis()
     return {

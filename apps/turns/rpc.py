@@ -13,7 +13,7 @@ from rest_framework import serializers
 from apps.gateway.params import validate
 from apps.gateway.registry import RpcContext, rpc
 
-from . import selectors
+from . import selectors, services
 from .serializers import turn_to_dict
 
 
@@ -45,3 +45,20 @@ def turn_get(ctx: RpcContext, params: dict[str, Any]) -> dict[str, Any]:
     """One of the caller's turns."""
     p = validate(_GetParams, params)
     return {"item": turn_to_dict(selectors.turn_get(user_id=ctx.user_id, turn_id=p["turn_id"]))}
+
+
+class _StopParams(serializers.Serializer):
+    session_id = serializers.UUIDField()
+    client_id = serializers.CharField(required=False, allow_blank=True, max_length=128)
+
+
+@rpc("v1.turn.stop")
+def turn_stop(ctx: RpcContext, params: dict[str, Any]) -> dict[str, Any]:
+    """Stop the session's open turn: ``{turn_id, status}`` (``turn_id`` "" when none was open).
+
+    ``updates`` is always empty: the turn's own Updates follow on the topic."""
+    p = validate(_StopParams, params)
+    turn = services.turn_stop(user_id=ctx.user_id, session_id=p["session_id"])
+    if turn is None:
+        return {"result": {"turn_id": "", "status": ""}, "updates": []}
+    return {"result": {"turn_id": str(turn.id), "status": turn.status}, "updates": []}

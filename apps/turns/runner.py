@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
 from apps.gateway.events import item, publish_live, publish_update
@@ -60,10 +61,22 @@ def _conversation(messages: list[Message]) -> list[dict[str, Any]]:
             out.append({"role": "assistant", "content": data})
         elif kind == ContentType.TOOLCALL_INPUT and data.get("id") in outputs:
             result = outputs[data["id"]].content["data"]
-            out.append({"role": "assistant", "content": None, "tool_calls": [{
-                "id": data["id"], "type": "function",
-                "function": {"name": data["name"], "arguments": data.get("arguments", "{}")},
-            }]})
+            out.append(
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": data["id"],
+                            "type": "function",
+                            "function": {
+                                "name": data["name"],
+                                "arguments": data.get("arguments", "{}"),
+                            },
+                        }
+                    ],
+                }
+            )
             out.append({"role": "tool", "tool_call_id": data["id"], "content": result["output"]})
     return out
 
@@ -78,6 +91,7 @@ class DjangoTurnPorts:
         self.tid = str(turn.id)
         self.user_id = turn.user_id
         self._streams: dict[tuple[int, str], Message] = {}
+        self._texts: dict[tuple[int, str], list[str]] = {}
         self._seq = 0
         self._cancel_checked = 0.0
         self._cancel = False
@@ -95,14 +109,26 @@ class DjangoTurnPorts:
         prompt = SYSTEM_PROMPT + f"\nWork mode: {self.session.work_mode}."
         if self.session.agent_prompt:
             prompt += "\n\n" + self.session.agent_prompt
-        trigger = self.turn.trigger_message
-        rows = Message.objects.filter(session_id=self.session.id, deleted_at__isnull=True)
-        if trigger is not None:  # messages queued behind this turn are not part of it
-            rows = rows.filter(global_offset__lt=trigger.global_offset)
-        earlier = list(rows.exclude(turn_id=self.turn.id).order_by("global_offset"))
-        if trigger is not None:
-            earlier.append(trigger)
-        return [{"role": "system", "content": prompt}, *_conversation(earlier)]
+        return [{"role": "system", "content": prompt}, *_conversation(self._earlier())]
+
+    def _earlier(self) -> list[Message]:
+        """The conversation before this turn, in conversation order, plus its trigger message.
+
+        Messages sent while an earlier turn ran have lower offsets than that turn's answers, so
+        the order is by the offset of each turn's trigger message, then by position in the turn.
+        """
+        rows = list(Message.objects.filter(session_id=self.session.id, deleted_at__isnull=True))
+        starts = dict(
+            Turn.objects.filter(session_id=self.session.id)
+            .exclude(trigger_message=None)
+            .values_list("id", "trigger_message__global_offset")
+        )
+
+        def key(m: Message) -> tuple[int, int]:
+            return (starts.get(m.turn_id, m.global_offset), m.turn_offset if m.turn_id else 0)
+
+        mine = key(self.turn.trigger_message) if self.turn.trigger_message else (10**9, 0)
+        return sorted((m for m in rows if key(m) <= mine), key=key)
 
     def tools(self) -> list[dict[str, Any]]:
         return rtc_tools.schemas()
@@ -117,7 +143,7 @@ class DjangoTurnPorts:
     # --- messages ---------------------------------------------------------------------------
 
     def _message(
-        self, key: str, role: str, content: dict[str, Any], *, streaming: str = "done"
+        self, key: str, role: str, content: dict[str, Any], *, streaming: str = "completed"
     ) -> Message:
         """Create the turn's message ``key`` once (publishing message.created)."""
         client_id = f"turn:{self.tid}:{key}"
@@ -128,12 +154,19 @@ class DjangoTurnPorts:
             offset = session_allocate_offsets(session_id=self.session.id)
             turn_offset = Message.objects.filter(turn_id=self.turn.id).count()
             msg = Message.objects.create(
-                session_id=self.session.id, user_id=self.user_id, client_id=client_id,
-                global_offset=offset, turn_id=self.turn.id, turn_offset=turn_offset,
-                role=role, content=content, streaming_status=streaming,
+                session_id=self.session.id,
+                user_id=self.user_id,
+                client_id=client_id,
+                global_offset=offset,
+                turn_id=self.turn.id,
+                turn_offset=turn_offset,
+                role=role,
+                content=content,
+                streaming_status=streaming,
             )
             publish_update(
-                user_id=self.user_id, items=[item("message", "created", msg.id)],
+                user_id=self.user_id,
+                items=[item("message", "created", msg.id)],
                 data_list=[message_to_dict(msg)],
             )
             return msg
@@ -144,7 +177,8 @@ class DjangoTurnPorts:
                 setattr(msg, name, value)
             msg.save(update_fields=[*fields, "updated_at"])
             publish_update(
-                user_id=self.user_id, items=[item("message", "updated", msg.id)],
+                user_id=self.user_id,
+                items=[item("message", "updated", msg.id)],
                 data_list=[message_to_dict(msg)],
             )
 
@@ -152,37 +186,56 @@ class DjangoTurnPorts:
         msg = self._streams.get((step, kind))
         if msg is None:
             msg = self._message(
-                f"{step}:{kind}", MessageRole.ASSISTANT, {"type": kind, "data": ""},
+                f"{step}:{kind}",
+                MessageRole.ASSISTANT,
+                {"type": kind, "data": ""},
                 streaming="streaming",
             )
             self._streams[(step, kind)] = msg
+        self._texts.setdefault((step, kind), []).append(text)
         self._seq += 1
-        publish_live(self.user_id, {
-            "type": "chunk", "session_id": str(self.session.id), "turn_id": self.tid,
-            "message_id": str(msg.id), "kind": kind, "delta": text, "seq": self._seq,
-        })
+        publish_live(
+            self.user_id,
+            {
+                "type": "chunk",
+                "session_id": str(self.session.id),
+                "turn_id": self.tid,
+                "message_id": str(msg.id),
+                "kind": kind,
+                "delta": text,
+                "seq": self._seq,
+            },
+        )
 
     def finish_answer(
         self, step: int, text: str, reasoning: str, usage: Usage | None, *, cancelled: bool = False
     ) -> None:
-        status = "cancelled" if cancelled else "done"
+        # A stopped answer keeps its partial text; it is marked failed (never "completed").
+        status = "failed" if cancelled else "completed"
         for kind, body in (("thinking", reasoning), ("markdown", text)):
+            self._texts.pop((step, kind), None)
             msg = self._streams.pop((step, kind), None)
             if msg is None:
                 msg = Message.objects.filter(
                     user_id=self.user_id, client_id=f"turn:{self.tid}:{step}:{kind}"
                 ).first()
             if msg is None and body:
-                msg = self._message(f"{step}:{kind}", MessageRole.ASSISTANT,
-                                    {"type": kind, "data": body})
+                msg = self._message(
+                    f"{step}:{kind}", MessageRole.ASSISTANT, {"type": kind, "data": body}
+                )
             if msg is None:
                 continue
-            fields: dict[str, Any] = {"content": {"type": kind, "data": body},
-                                      "streaming_status": status}
+            fields: dict[str, Any] = {
+                "content": {"type": kind, "data": body},
+                "streaming_status": status,
+            }
             if kind == "markdown" and usage is not None:
-                fields.update(input_tokens=usage.prompt_tokens,
-                              output_tokens=usage.completion_tokens,
-                              total_tokens=usage.total_tokens, cached_tokens=usage.cached_tokens)
+                fields.update(
+                    input_tokens=usage.prompt_tokens,
+                    output_tokens=usage.completion_tokens,
+                    total_tokens=usage.total_tokens,
+                    cached_tokens=usage.cached_tokens,
+                )
             self._update_message(msg, **fields)
 
     # --- tools ------------------------------------------------------------------------------
@@ -194,14 +247,26 @@ class DjangoTurnPorts:
         raise LookupError(name)
 
     def record_call(self, step: int, call: dict[str, Any]) -> None:
-        self._message(f"{step}:call:{call['id']}", MessageRole.ASSISTANT,
-                      {"type": ContentType.TOOLCALL_INPUT, "data": dict(call)})
+        self._message(
+            f"{step}:call:{call['id']}",
+            MessageRole.ASSISTANT,
+            {"type": ContentType.TOOLCALL_INPUT, "data": dict(call)},
+        )
 
     def record_result(self, step: int, call: dict[str, Any], output: str, status: str) -> None:
-        self._message(f"{step}:result:{call['id']}", MessageRole.TOOL, {
-            "type": ContentType.TOOLCALL_OUTPUT,
-            "data": {"id": call["id"], "name": call["name"], "output": output, "status": status},
-        })
+        self._message(
+            f"{step}:result:{call['id']}",
+            MessageRole.TOOL,
+            {
+                "type": ContentType.TOOLCALL_OUTPUT,
+                "data": {
+                    "id": call["id"],
+                    "name": call["name"],
+                    "output": output,
+                    "status": status,
+                },
+            },
+        )
 
     def create_rtc(self, step: int, call: dict[str, Any], arguments: dict[str, Any]) -> str:
         with transaction.atomic():
@@ -213,22 +278,31 @@ class DjangoTurnPorts:
                 user_id=self.user_id, client_id=f"turn:{self.tid}:{step}:call:{call['id']}"
             ).first()
             rtc = Rtc.objects.create(
-                session_id=session.id, turn_id=self.turn.id, user_id=self.user_id,
-                tool_call_id=call["id"], tool_name=call["name"], parameters=arguments,
-                offset=Rtc.objects.filter(turn_id=self.turn.id).count(), message=input_msg,
+                session_id=session.id,
+                turn_id=self.turn.id,
+                user_id=self.user_id,
+                tool_call_id=call["id"],
+                tool_name=call["name"],
+                parameters=arguments,
+                offset=Rtc.objects.filter(turn_id=self.turn.id).count(),
+                message=input_msg,
                 status=RtcStatus.PENDING,
                 needs_approval=rtc_tools.needs_approval(call["name"], session.work_mode),
                 deadline=timezone.now() + rtc_tools.deadline_for(call["name"]),
             )
-            publish_update(user_id=self.user_id, items=[item("rtc", "created", rtc.id)],
-                           data_list=[rtc_to_dict(rtc)])
+            publish_update(
+                user_id=self.user_id,
+                items=[item("rtc", "created", rtc.id)],
+                data_list=[rtc_to_dict(rtc)],
+            )
             return str(rtc.id)
 
     def rtc_outcome(self, rtc_id: str) -> RtcOutcome:
         rtc = Rtc.objects.get(pk=rtc_id)
         finished = rtc.status in TERMINAL_RTC_STATUSES
-        return RtcOutcome(finished, rtc_tools.output_for_model(
-            rtc.status, rtc.result, rtc.error_message))
+        return RtcOutcome(
+            finished, rtc_tools.output_for_model(rtc.status, rtc.result, rtc.error_message)
+        )
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -237,45 +311,29 @@ class DjangoTurnPorts:
             try:
                 turn = turn_transition(turn_id=self.turn.id, to=to, values=values or None)
             except InvalidState:
+                self.turn = Turn.objects.get(pk=self.turn.id)
                 return False
-            updates = [(item("turn", "updated", turn.id), turn_to_dict(turn))]
-            session_status = (SessionStatus.ACTIVE if to in (TurnStatus.RUNNING,
-                              TurnStatus.INTERRUPTED) else SessionStatus.IDLE)
-            Session.objects.filter(pk=self.session.id).exclude(
-                status__in=[SessionStatus.CLOSED, session_status]
-            ).update(status=session_status, updated_at=timezone.now())
             if values:
-                self._add_session_usage(values)
-            session = Session.objects.get(pk=self.session.id)
-            updates.append((item("session", "updated", session.id), session_to_dict(session)))
-            publish_update(user_id=self.user_id, items=[u[0] for u in updates],
-                           data_list=[u[1] for u in updates])
+                _add_session_usage(turn.session_id, values)
+            publish_turn(turn)
             self.turn = turn
             return True
-
-    def _add_session_usage(self, values: dict[str, Any]) -> None:
-        from django.db.models import F
-
-        Session.objects.filter(pk=self.session.id).update(
-            total_input_tokens=F("total_input_tokens") + values.get("input_tokens", 0),
-            total_output_tokens=F("total_output_tokens") + values.get("output_tokens", 0),
-            total_tokens=F("total_tokens") + values.get("total_tokens", 0),
-            total_cached_read_tokens=F("total_cached_read_tokens") + values.get("cached_tokens", 0),
-            last_token_update_at=timezone.now(),
-        )
 
     @staticmethod
     def _usage_values(cp: Checkpoint) -> dict[str, int]:
         u = cp.usage
-        return {"input_tokens": u.get("prompt_tokens", 0),
-                "output_tokens": u.get("completion_tokens", 0),
-                "total_tokens": u.get("total_tokens", 0),
-                "cached_tokens": u.get("cached_tokens", 0)}
+        return {
+            "input_tokens": u.get("prompt_tokens", 0),
+            "output_tokens": u.get("completion_tokens", 0),
+            "total_tokens": u.get("total_tokens", 0),
+            "cached_tokens": u.get("cached_tokens", 0),
+        }
 
-    def begin(self) -> None:
-        """The turn runs (from pending or, on a resume, from interrupted)."""
-        if self.turn.status != TurnStatus.RUNNING:
-            self._turn_to(TurnStatus.RUNNING)
+    def begin(self) -> bool:
+        """The turn runs (from pending or, on a resume, from interrupted); False if it ended."""
+        if self.turn.status == TurnStatus.RUNNING:
+            return True
+        return self._turn_to(TurnStatus.RUNNING)
 
     def wait(self) -> None:
         if self.turn.status == TurnStatus.RUNNING:
@@ -291,27 +349,66 @@ class DjangoTurnPorts:
         state.checkpoint_delete(self.tid)
 
     def fail(self, error: LLMError) -> None:
+        for key, msg in list(self._streams.items()):  # an answer cut by the error keeps its text
+            self._update_message(
+                msg,
+                content={"type": key[1], "data": "".join(self._texts[key])},
+                streaming_status="failed",
+            )
+        self._streams.clear()
         close_open_rtcs(self.turn, reason="the turn failed")
         if self._turn_to(TurnStatus.FAILED, error_message=f"{error.category}: {error.title}"):
             add_error_message(self.turn, error)
         state.checkpoint_delete(self.tid)
 
 
+def _add_session_usage(session_id: Any, values: dict[str, Any]) -> None:
+    Session.objects.filter(pk=session_id).update(
+        total_input_tokens=F("total_input_tokens") + values.get("input_tokens", 0),
+        total_output_tokens=F("total_output_tokens") + values.get("output_tokens", 0),
+        total_tokens=F("total_tokens") + values.get("total_tokens", 0),
+        total_cached_read_tokens=F("total_cached_read_tokens") + values.get("cached_tokens", 0),
+        last_token_update_at=timezone.now(),
+    )
+
+
+def publish_turn(turn: Turn) -> None:
+    """Inside a transaction: align the session's status with the turn and publish both."""
+    busy = turn.status in (TurnStatus.PENDING, TurnStatus.RUNNING, TurnStatus.INTERRUPTED)
+    status = SessionStatus.ACTIVE if busy else SessionStatus.IDLE
+    Session.objects.filter(pk=turn.session_id).exclude(
+        status__in=[SessionStatus.CLOSED, status]
+    ).update(status=status, updated_at=timezone.now())
+    session = Session.objects.get(pk=turn.session_id)
+    publish_update(
+        user_id=turn.user_id,
+        items=[item("turn", "updated", turn.id), item("session", "updated", session.id)],
+        data_list=[turn_to_dict(turn), session_to_dict(session)],
+    )
+
+
 def close_open_rtcs(turn: Turn, *, reason: str) -> None:
     """Finish the turn's unfinished RTCs (failed, with ``reason``) and publish them."""
-    open_ids = list(Rtc.objects.filter(turn_id=turn.id).exclude(
-        status__in=TERMINAL_RTC_STATUSES).values_list("id", flat=True))
+    open_ids = list(
+        Rtc.objects.filter(turn_id=turn.id)
+        .exclude(status__in=TERMINAL_RTC_STATUSES)
+        .values_list("id", flat=True)
+    )
     from apps.rtc.services import rtc_transition
 
     for rtc_id in open_ids:
         with transaction.atomic():
             try:
-                rtc = rtc_transition(rtc_id=rtc_id, to=RtcStatus.FAILED,
-                                     values={"error_message": reason})
+                rtc = rtc_transition(
+                    rtc_id=rtc_id, to=RtcStatus.FAILED, values={"error_message": reason}
+                )
             except InvalidState:
                 continue
-            publish_update(user_id=turn.user_id, items=[item("rtc", "updated", rtc.id)],
-                           data_list=[rtc_to_dict(rtc)])
+            publish_update(
+                user_id=turn.user_id,
+                items=[item("rtc", "updated", rtc.id)],
+                data_list=[rtc_to_dict(rtc)],
+            )
 
 
 def add_error_message(turn: Turn, error: LLMError) -> None:
@@ -323,17 +420,28 @@ def add_error_message(turn: Turn, error: LLMError) -> None:
     if count > ERRORS_PER_HOUR:
         log.warning("error message limit reached for session %s", turn.session_id)
         return
-    data: dict[str, Any] = {"category": error.category, "title": error.title,
-                            "message": error.message, "retryable": error.retryable}
+    data: dict[str, Any] = {
+        "category": error.category,
+        "title": error.title,
+        "message": error.message,
+        "retryable": error.retryable,
+    }
     if rtc_setting("SHOW_RAW_ERRORS"):
         data["raw_error"] = error.raw_error
     with transaction.atomic():
         offset = session_allocate_offsets(session_id=turn.session_id)
         msg = Message.objects.create(
-            session_id=turn.session_id, user_id=turn.user_id, client_id=f"turn:{turn.id}:error",
-            global_offset=offset, turn_id=turn.id,
+            session_id=turn.session_id,
+            user_id=turn.user_id,
+            client_id=f"turn:{turn.id}:error",
+            global_offset=offset,
+            turn_id=turn.id,
             turn_offset=Message.objects.filter(turn_id=turn.id).count(),
-            role=MessageRole.SYSTEM, content={"type": ContentType.ERROR, "data": data},
+            role=MessageRole.SYSTEM,
+            content={"type": ContentType.ERROR, "data": data},
         )
-        publish_update(user_id=turn.user_id, items=[item("message", "created", msg.id)],
-                       data_list=[message_to_dict(msg)])
+        publish_update(
+            user_id=turn.user_id,
+            items=[item("message", "created", msg.id)],
+            data_list=[message_to_dict(msg)],
+        )

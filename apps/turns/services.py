@@ -11,14 +11,16 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
+from django.db import transaction
 from django.db.models import F
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from apps.sessions.selectors import as_uuid
 from apps.sessions.statemachine import apply_transition
+from rtcagent.errors import InvalidState
 
-from .models import TERMINAL_TURN_STATUSES, TURN_TRANSITIONS, Turn, TurnStatus
+from .models import ACTIVE_TURN_STATUSES, TERMINAL_TURN_STATUSES, TURN_TRANSITIONS, Turn, TurnStatus
 
 
 def turn_transition(
@@ -47,3 +49,35 @@ def turn_transition(
         Turn, entity="turn", pk=pk, to=to, table=TURN_TRANSITIONS, scope=scope, values=stamps
     )
     return Turn.objects.get(pk=pk)
+
+
+def turn_stop(*, user_id: int, session_id: uuid.UUID | str) -> Turn | None:
+    """Stop the session's open turn, from any connection or process; None when none is open.
+
+    A running turn is signalled through Redis: the worker streaming it cancels the model call
+    within a second, keeps the partial text, closes open RTCs and marks it ``cancelled``. A turn
+    waiting on the browser (or not started) is cancelled here, in one transaction, and the
+    messages queued behind it may then run. Publishes no Update of its own for a running turn:
+    the worker's ``turn.updated`` follows.
+    """
+    from apps.sessions.selectors import session_get
+    from apps.turns import queue, state
+    from apps.turns.runner import close_open_rtcs, publish_turn
+
+    session = session_get(user_id=user_id, session_id=session_id)
+    turn = Turn.objects.filter(session_id=session.id, status__in=ACTIVE_TURN_STATUSES).first()
+    if turn is None:
+        return None
+    state.request_stop(str(turn.id))
+    if turn.status == TurnStatus.RUNNING:
+        return turn
+    with transaction.atomic():
+        close_open_rtcs(turn, reason="the turn was stopped")
+        try:
+            turn = turn_transition(turn_id=turn.id, to=TurnStatus.CANCELLED)
+        except InvalidState:  # it started running meanwhile: the worker will see the signal
+            return Turn.objects.get(pk=turn.id)
+        publish_turn(turn)
+        transaction.on_commit(lambda: (state.checkpoint_delete(str(turn.id)),
+                                       queue.unpark(str(turn.session_id))))
+    return turn

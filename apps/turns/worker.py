@@ -34,14 +34,6 @@ from rtcagent.conf import rtc_setting
 log = logging.getLogger(__name__)
 
 
-def enqueue_resume(session_id: object, turn_id: object) -> None:
-    queue.enqueue(str(session_id), {"kind": "resume", "turn_id": str(turn_id)}, resume=True)
-
-
-def enqueue_message(session_id: object, message_id: object) -> None:
-    queue.enqueue(str(session_id), {"kind": "message", "message_id": str(message_id)})
-
-
 class Worker:
     def __init__(
         self,
@@ -159,7 +151,9 @@ class Worker:
             ))
             queue.unpark(str(turn.session_id))
             return
-        ports.begin()
+        if not ports.begin():  # stopped (or finished) meanwhile
+            queue.unpark(str(turn.session_id))
+            return
         outcome = engine.advance(ports)
         if outcome == engine.WAITING:
             queue.park(str(turn.session_id))
@@ -172,7 +166,7 @@ class Worker:
         """Start-up: turns left running by a dead process are resumed (or failed)."""
         for turn in Turn.objects.filter(status=TurnStatus.RUNNING):
             if not queue.is_held(str(turn.session_id)):
-                enqueue_resume(turn.session_id, turn.id)
+                queue.enqueue_resume(turn.session_id, turn.id)
 
     def sweep(self) -> None:
         try:
@@ -201,7 +195,7 @@ class Worker:
         sid = str(turn.session_id)
         if queue.is_held(sid) or queue.pending(sid)["resume"]:
             return
-        enqueue_resume(sid, turn.id)
+        queue.enqueue_resume(sid, turn.id)
 
 
 def expire_rtcs() -> int:

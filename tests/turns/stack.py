@@ -45,7 +45,7 @@ class Workers:
             log = (self.log_dir / f"worker-{n}.log").open("wb")
             env = child_env(**WORKER_ENV, OPENAI_BASE_URL=self.base_url, **self.extra)
             self.procs.append(
-                subprocess.Popen(  # noqa: S603
+                subprocess.Popen(
                     [sys.executable, "manage.py", "rtc_worker"], cwd=ROOT, env=env,
                     stdout=log, stderr=subprocess.STDOUT,
                 )
@@ -69,7 +69,8 @@ class Workers:
                 proc.kill()
 
     def output(self) -> str:
-        return "\n".join(p.read_text(errors="replace") for p in sorted(self.log_dir.glob("worker-*.log")))
+        logs = sorted(self.log_dir.glob("worker-*.log"))
+        return "\n".join(p.read_text(errors="replace") for p in logs)
 
 
 class Browser:
