@@ -1,0 +1,100 @@
+// Runs the RTCs this device owns, one at a time per RTC id, with these guarantees:
+// * only the session's device runs them (session.device_id, or for sessions created without a
+//   device claim, a client_session_id this device minted); other tabs/devices just show them;
+// * `executing` is claimed on the server first: the conditional transition lets one tab win;
+// * a `runs` record is written before the tool starts and the result goes to the outbox in the
+//   same transaction as the record's "finished" mark, so a tool that finished is never run again
+//   (its stored result is delivered), and one interrupted by a reload is reported as failed
+//   rather than silently repeated.
+import { uuid } from './ids.js';
+
+const TERMINAL = new Set(['completed', 'failed', 'timeout', 'rejected']);
+
+export class Executor {
+  constructor({ store, db, conn, outbox, deviceId, runTool }) {
+    Object.assign(this, { store, db, conn, outbox, deviceId, runTool });
+    this.active = new Set();
+    this.queue = Promise.resolve();
+    this.ready = false; // set once the outbox was drained after a page load
+  }
+
+  owns(sessionId) {
+    const s = this.store.state.sessions[sessionId];
+    if (!s) return false;
+    if (s.device_id) return s.device_id === this.deviceId;
+    return (s.client_id || '').startsWith(this.deviceId + ':');
+  }
+
+  onRtc(rtc) {
+    if (!this.ready || TERMINAL.has(rtc.status) || this.active.has(rtc.id)) return;
+    if (!this.owns(rtc.session_id)) return;
+    this.active.add(rtc.id);
+    this.handle(rtc).catch((err) => console.error('rtc-agent: tool call failed', err))
+      .finally(() => this.active.delete(rtc.id));
+  }
+
+  // Re-examine every known unfinished RTC (after the outbox drained, after a reload of state).
+  scan() {
+    for (const rtc of Object.values(this.store.state.rtcs)) this.onRtc(rtc);
+  }
+
+  setLocal(rtcId, patch) {
+    const local = this.store.state.local || (this.store.state.local = {});
+    local[rtcId] = { ...(local[rtcId] || {}), ...patch };
+    this.store.changed();
+  }
+
+  async handle(rtc) {
+    const run = await this.db.get('runs', rtc.id);
+    if (run) {
+      if (await this.outbox.has(rtc.id)) return this.outbox.deliver(rtc.id);
+      if (run.state === 'started') {
+        return this.finish(rtc, { success: false, error: 'the page was reloaded while this tool ran; it was not run again' });
+      }
+      return; // finished and acknowledged: nothing left to do
+    }
+    if (rtc.status === 'executing') return; // claimed by another tab of this device
+    if (rtc.needs_approval) {
+      const decision = await this.ask('approval', rtc);
+      if (!decision.approved) {
+        await this.conn.rpc('v1.rtc.update_status', { rtc_id: rtc.id, status: 'rejected', reason: decision.reason || '', client_id: uuid() });
+        return;
+      }
+    }
+    try {
+      await this.conn.rpc('v1.rtc.update_status', { rtc_id: rtc.id, status: 'executing', client_id: uuid() });
+    } catch (err) {
+      if (err.slug === 'invalid_state' || err.slug === 'permission_denied' || err.slug === 'rtc.not_found') return;
+      throw err;
+    }
+    await this.db.put('runs', { rtc_id: rtc.id, state: 'started', at: Date.now() });
+    this.setLocal(rtc.id, { running: true });
+    let body;
+    try {
+      const result = rtc.tool_name === 'askUser'
+        ? (await this.ask('question', rtc)).answers
+        : await this.runTool(rtc.tool_name, rtc.parameters || {}, { sessionId: rtc.session_id, rtc });
+      body = { success: true, result };
+    } catch (err) {
+      body = { success: false, error: String((err && err.message) || err) };
+    }
+    this.setLocal(rtc.id, { running: false });
+    await this.finish(rtc, body);
+  }
+
+  async finish(rtc, body) {
+    const entry = { rtc_id: rtc.id, body: { ...body, client_id: uuid() }, attempts: 0, created: Date.now() };
+    await this.db.putMany([['outbox', entry], ['runs', { rtc_id: rtc.id, state: 'finished', at: Date.now() }]]);
+    this.outbox.onChange();
+    await this.outbox.deliver(rtc.id);
+  }
+
+  // A question for the person (approval or askUser): the views render store.state.prompts.
+  ask(kind, rtc) {
+    return new Promise((resolve) => {
+      const prompts = this.store.state.prompts || (this.store.state.prompts = {});
+      prompts[rtc.id] = { kind, rtc, resolve: (answer) => { delete prompts[rtc.id]; this.store.changed(); resolve(answer); } };
+      this.store.changed();
+    });
+  }
+}

@@ -1,0 +1,117 @@
+// The `script` engine. Model-written code runs in a Worker started inside an iframe with
+// sandbox="allow-scripts" (no allow-same-origin: an opaque origin, no cookies, no storage, no
+// access to the host page) under a CSP with connect-src 'none' (no network). The worker keeps a
+// `while (true) {}` off every page thread; after the time limit the iframe (and so the worker)
+// is destroyed. Messages are accepted only from our own frame (event.source). Inside, the code
+// sees `params`, a capturing `console`, and `rtcAgent` (fs calls, callFunction) whose calls are
+// relayed to the host and answered by `handleCall`.
+const CSP = "default-src 'none'; script-src 'unsafe-inline' 'unsafe-eval' blob:; worker-src blob:; connect-src 'none'";
+
+// Runs in the worker (serialised with toString: it must not close over anything).
+function workerMain() {
+  const logs = [], warnings = [], errors = [];
+  const fmt = (args) => args.map((a) => (typeof a === 'string' ? a : (() => { try { return JSON.stringify(a); } catch { return String(a); } })())).join(' ');
+  const keep = (list) => (...args) => { if (list.length < 100) list.push(fmt(args)); };
+  const console = { log: keep(logs), info: keep(logs), debug: keep(logs), warn: keep(warnings), error: keep(errors) };
+  self.console = console;
+  let seq = 0;
+  const waiting = new Map();
+  const call = (op, args) => new Promise((resolve, reject) => {
+    const id = ++seq;
+    waiting.set(id, { resolve, reject });
+    postMessage({ t: 'call', id, op, args });
+  });
+  const rtcAgent = {
+    fs: {
+      read: (path) => call('fs.read', { path }),
+      write: (path, content) => call('fs.write', { path, content }),
+      list: (path = '/') => call('fs.list', { path }),
+      edit: (path, old_string, new_string, replace_all = false) => call('fs.edit', { path, old_string, new_string, replace_all }),
+      grep: (pattern, path = '/', caseSensitive = true) => call('fs.grep', { pattern, path, caseSensitive }),
+      find: (pattern, path = '/') => call('fs.find', { pattern, path }),
+    },
+    callFunction: (name, args = {}) => call('callFunction', { name, args }),
+  };
+  rtcAgent.readFile = rtcAgent.fs.read;
+  rtcAgent.writeFile = rtcAgent.fs.write;
+  rtcAgent.listDir = rtcAgent.fs.list;
+  self.onmessage = async (e) => {
+    const m = e.data;
+    if (m.t === 'reply') {
+      const w = waiting.get(m.id);
+      waiting.delete(m.id);
+      if (w) (m.error ? w.reject(new Error(m.error)) : w.resolve(m.value));
+      return;
+    }
+    if (m.t !== 'run') return;
+    const started = performance.now();
+    const finish = (extra) => {
+      let out = { ...extra, logs, warnings, errors, duration_ms: Math.round(performance.now() - started) };
+      try { out = JSON.parse(JSON.stringify(out)); } catch { out.result = String(out.result); }
+      postMessage({ t: 'done', out });
+    };
+    try {
+      const AsyncFunction = (async () => {}).constructor;
+      const fn = new AsyncFunction('rtcAgent', 'params', 'console', '"use strict";\n' + m.code);
+      const result = await fn(rtcAgent, m.params || {}, console);
+      finish({ result: result === undefined ? null : result });
+    } catch (err) {
+      errors.push(String((err && err.message) || err));
+      finish({ result: null, error: String((err && err.message) || err) });
+    }
+  };
+}
+
+// Runs in the sandboxed iframe: starts the worker and relays between it and the host.
+function frameMain(workerSource) {
+  const worker = new Worker(URL.createObjectURL(new Blob([workerSource], { type: 'text/javascript' })));
+  worker.onmessage = (e) => parent.postMessage(e.data, '*');
+  worker.onerror = (e) => parent.postMessage({ t: 'done', out: { result: null, error: String(e.message || 'worker error'), logs: [], warnings: [], errors: [String(e.message)], duration_ms: 0 } }, '*');
+  addEventListener('message', (e) => { if (e.source === parent) worker.postMessage(e.data); });
+  parent.postMessage({ t: 'ready' }, '*');
+}
+
+const srcdoc = () => {
+  const worker = `(${workerMain.toString()})();`;
+  const boot = `(${frameMain.toString()})(${JSON.stringify(worker).replace(/</g, '\\u003c')});`;
+  return `<!doctype html><meta http-equiv="Content-Security-Policy" content="${CSP}"><script>${boot}</script>`;
+};
+
+export const SCRIPT_TIMEOUT_MS = 30000;
+
+export function runScript({ code, params, handleCall, timeoutMs = SCRIPT_TIMEOUT_MS, container = document.body }) {
+  return new Promise((resolve) => {
+    const frame = document.createElement('iframe');
+    frame.setAttribute('sandbox', 'allow-scripts');
+    frame.setAttribute('aria-hidden', 'true');
+    frame.style.display = 'none';
+    frame.srcdoc = srcdoc();
+    const started = performance.now();
+    let settled = false;
+    const end = (out) => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      removeEventListener('message', onMessage);
+      frame.remove();
+      resolve(out);
+    };
+    const timer = setTimeout(() => end({
+      result: null, error: `script stopped: time limit of ${Math.round(timeoutMs / 1000)} s exceeded`,
+      logs: [], warnings: [], errors: ['timeout'], duration_ms: Math.round(performance.now() - started),
+    }), timeoutMs);
+    const onMessage = async (e) => {
+      if (e.source !== frame.contentWindow) return;
+      const m = e.data || {};
+      if (m.t === 'ready') frame.contentWindow.postMessage({ t: 'run', code: String(code || ''), params: params || {} }, '*');
+      else if (m.t === 'done') end(m.out);
+      else if (m.t === 'call') {
+        let reply;
+        try { reply = { t: 'reply', id: m.id, value: await handleCall(m.op, m.args || {}) }; } catch (err) { reply = { t: 'reply', id: m.id, error: String(err.message || err) }; }
+        if (!settled) frame.contentWindow.postMessage(reply, '*');
+      }
+    };
+    addEventListener('message', onMessage);
+    container.appendChild(frame);
+  });
+}

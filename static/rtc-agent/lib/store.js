@@ -1,0 +1,48 @@
+// A small observable store: entities by id plus UI state; views subscribe and re-render.
+export class Store {
+  constructor() {
+    this.state = {
+      connection: 'disconnected', user: null, sessions: {}, messages: {}, rtcs: {}, streams: {},
+      loaded: {}, currentSession: null, workMode: 'edit', view: 'normal', error: '', files: [],
+    };
+    this.listeners = new Set();
+    this._queued = false;
+  }
+
+  subscribe(fn) { this.listeners.add(fn); fn(this.state); return () => this.listeners.delete(fn); }
+
+  set(patch) { Object.assign(this.state, patch); this.changed(); }
+
+  // Batch notifications into one microtask: chunk bursts re-render once.
+  changed() {
+    if (this._queued) return;
+    this._queued = true;
+    queueMicrotask(() => { this._queued = false; for (const fn of this.listeners) fn(this.state); });
+  }
+
+  upsert(kind, entity) {
+    const table = this.state[kind];
+    const old = table[entity.id];
+    // Never let an older copy (replayed or reloaded) overwrite a newer one.
+    if (old && old.updated_at && entity.updated_at && old.updated_at > entity.updated_at) return;
+    table[entity.id] = entity;
+    if (kind === 'messages' && entity.streaming_status !== 'streaming') delete this.state.streams[entity.id];
+    this.changed();
+  }
+
+  sessionMessages(sessionId) {
+    return Object.values(this.state.messages)
+      .filter((m) => m.session_id === sessionId && !m.deleted_at)
+      .sort((a, b) => a.global_offset - b.global_offset);
+  }
+
+  sessionRtcs(sessionId) {
+    return Object.values(this.state.rtcs).filter((r) => r.session_id === sessionId);
+  }
+
+  visibleSessions() {
+    return Object.values(this.state.sessions)
+      .filter((s) => !s.deleted_at)
+      .sort((a, b) => (b.updated_at || '').localeCompare(a.updated_at || ''));
+  }
+}

@@ -1,0 +1,113 @@
+// Client state from the topic: Updates are applied by replacing entities by id; the state and
+// the topic position are persisted together (one IndexedDB transaction) so that a reload can
+// resume from exactly the position that matches the cached state. When the server answers
+// `recovered: false` (or there is nothing stored) everything is reloaded through RPC queries.
+const KINDS = { session: 'sessions', message: 'messages', rtc: 'rtcs', turn: 'turns' };
+
+export class Sync {
+  constructor({ store, db, conn, onRtc }) {
+    this.store = store;
+    this.db = db;
+    this.conn = conn;
+    this.onRtc = onRtc;
+    this.position = null;
+    this._timer = null;
+  }
+
+  async restore() {
+    const snap = await this.db.get('kv', 'snapshot');
+    if (!snap) return null;
+    const { sessions, messages, rtcs, loaded } = snap.state;
+    Object.assign(this.store.state, { sessions, messages, rtcs, loaded });
+    this.position = snap.position;
+    this.store.changed();
+    return snap.position;
+  }
+
+  persistSoon() {
+    clearTimeout(this._timer);
+    this._timer = setTimeout(() => this.persist(), 200);
+  }
+
+  async persist() {
+    const { sessions, messages, rtcs, loaded } = this.store.state;
+    const snap = { position: this.position, state: { sessions, messages, rtcs, loaded } };
+    await this.db.putMany([['kv', snap, 'snapshot']]);
+  }
+
+  apply(update) {
+    if (!update || update.type === 'gap' || !Array.isArray(update.items)) return;
+    update.items.forEach((it, i) => {
+      const kind = KINDS[it.entity];
+      const entity = update.data_list && update.data_list[i];
+      if (!kind || !entity) return;
+      if (kind === 'turns') return; // turns are not kept: sessions carry the status we show
+      this.store.upsert(kind, entity);
+      if (kind === 'rtcs') this.onRtc(entity);
+    });
+  }
+
+  onTopic(ctx) {
+    this.apply(ctx.data);
+    if (ctx.offset) this.position = { ...(this.position || {}), offset: ctx.offset };
+    this.persistSoon();
+  }
+
+  async onSubscribed(ctx) {
+    const pos = ctx.streamPosition || { offset: 0, epoch: '' };
+    const fresh = !ctx.recovered;
+    this.position = { offset: fresh ? pos.offset : (this.position?.offset ?? pos.offset), epoch: pos.epoch };
+    if (fresh) await this.reloadAll();
+    this.persistSoon();
+  }
+
+  async reloadAll() {
+    const s = this.store.state;
+    s.sessions = {}; s.messages = {}; s.rtcs = {}; s.loaded = {};
+    let cursor = '';
+    for (let page = 0; page < 10; page++) {
+      const res = await this.conn.rpc('v1.session.list', { cursor, limit: 50 });
+      res.items.forEach((x) => this.store.upsert('sessions', x));
+      if (!res.next_cursor) break;
+      cursor = res.next_cursor;
+    }
+    const active = Object.values(s.sessions).filter((x) => x.status === 'active' || x.id === s.currentSession);
+    for (const session of active) await this.loadSession(session.id, true);
+    this.store.changed();
+  }
+
+  // Messages and RTCs of one session (once, or again when forced).
+  async loadSession(sessionId, force = false) {
+    if (!sessionId || (this.store.state.loaded[sessionId] && !force)) return;
+    let cursor = null;
+    for (let page = 0; page < 40; page++) {
+      const res = await this.conn.rpc('v1.message.list', { session_id: sessionId, cursor, limit: 200 });
+      res.items.forEach((m) => this.store.upsert('messages', m));
+      if (res.next_cursor === null || res.next_cursor === undefined || !res.items.length) break;
+      cursor = res.next_cursor;
+    }
+    let rcursor = '';
+    for (let page = 0; page < 40; page++) {
+      const res = await this.conn.rpc('v1.rtc.list', { session_id: sessionId, cursor: rcursor, limit: 50 });
+      res.items.forEach((r) => { this.store.upsert('rtcs', r); this.onRtc(r); });
+      if (!res.next_cursor) break;
+      rcursor = res.next_cursor;
+    }
+    this.store.state.loaded[sessionId] = true;
+    this.persistSoon();
+  }
+
+  // A live chunk: appended in seq order until the final message replaces it.
+  onLive(ctx) {
+    const c = ctx.data;
+    if (!c || c.type !== 'chunk') return;
+    const msg = this.store.state.messages[c.message_id];
+    if (msg && msg.streaming_status && msg.streaming_status !== 'streaming') return;
+    const streams = this.store.state.streams;
+    const s = streams[c.message_id] || (streams[c.message_id] = { text: '', seq: 0, kind: c.kind, session_id: c.session_id });
+    if (c.seq <= s.seq) return;
+    s.text += c.delta;
+    s.seq = c.seq;
+    this.store.changed();
+  }
+}
