@@ -72,8 +72,8 @@ class LiveServer:
         return self.log.read_text(errors="replace")
 
 
-def start_daphne(log_dir: Path, **env: str) -> LiveServer:
-    port = free_port()
+def start_daphne(log_dir: Path, port: int = 0, **env: str) -> LiveServer:
+    port = port or free_port()
     log = log_dir / f"daphne-{port}.log"
     proc = subprocess.Popen(
         [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),

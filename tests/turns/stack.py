@@ -43,7 +43,7 @@ class Workers:
         for _ in range(count):
             n = len(self.procs)
             log = (self.log_dir / f"worker-{n}.log").open("wb")
-            env = child_env(**WORKER_ENV, OPENAI_BASE_URL=self.base_url, **self.extra)
+            env = child_env(**{**WORKER_ENV, "OPENAI_BASE_URL": self.base_url, **self.extra})
             self.procs.append(
                 subprocess.Popen(
                     [sys.executable, "manage.py", "rtc_worker"], cwd=ROOT, env=env,

@@ -246,3 +246,32 @@ async def test_stop_while_waiting_closes_the_rtc(gateway, pool, model, make_user
         late = await tab.submit(rtc["id"], "A")
         assert late["updates"] == [] and late["result"]["rtc"]["status"] == "failed"
     assert len(model.requests) == 1
+
+
+# attempts: the workers allow 2 for transient failures, but never once text was streamed
+@pytest.mark.parametrize(("reply", "category", "retryable", "attempts"), [
+    ({"error": {"status": 401, "message": "Incorrect API key provided"}}, "permission", False, 1),
+    ({"error": {"status": 429, "message": "Rate limit reached"}}, "api", True, 2),
+    ({"malformed": True, "content": "partial answer that breaks"}, "stream", True, 1),
+    ({"error": {"status": 400, "code": "context_length_exceeded",
+                "message": "maximum context length is 8192 tokens"}}, "context", False, 1),
+])
+async def test_model_failures_become_error_messages(
+    gateway, pool, model, make_user, reply, category, retryable, attempts
+) -> None:
+    model.add_rule({"last_user_contains": "fail"}, reply)
+    user = await sync_to_async(make_user)()
+    async with Browser(gateway, user) as tab:
+        sid = (await tab.send("please fail"))["result"]["session_id"]
+        turn = await tab.turn_status(sid, "failed")
+        assert turn["error_message"].startswith(f"{category}:")
+        (error,) = await tab.until(lambda: tab.messages(sid, "error"))
+        data = error["content"]["data"]
+        assert data["category"] == category and data["retryable"] is retryable
+        assert data["title"] and data["message"]
+        assert "raw_error" not in data  # debug.show_raw_errors is off
+        assert "sk-test-key" not in str(data)
+        for partial in tab.messages(sid, "markdown"):  # text cut by the failure is kept
+            assert partial["streaming_status"] == "failed"
+            assert "partial answer that breaks".startswith(partial["content"]["data"])
+    assert len(model.requests) == attempts
