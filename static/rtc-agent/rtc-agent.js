@@ -1,0 +1,110 @@
+// <rtc-agent server="https://agent.example.com">: the embeddable widget. The host sets
+// `element.getToken = async ({deviceId}) => accessJwt`; the widget connects once it has both.
+// A floating bubble opens a panel (normal, maximised or minimised) with the session list, the
+// conversation, the composer and the file panel. `window.rtcAgent.registerFunction(...)` lets
+// the page offer its own functions.
+import { Agent, WORK_MODES } from './lib/agent.js';
+import { registerFunction } from './lib/functions.js';
+import { View, esc } from './views/base.js';
+import './views/session-list.js';
+import './views/message-list.js';
+import './views/composer.js';
+import './views/file-panel.js';
+
+window.rtcAgent = Object.assign(window.rtcAgent || {}, { registerFunction });
+
+class RtcAgent extends View {
+  static styles = View.css(`
+    :host { position: fixed; right: 20px; bottom: 20px; z-index: 2147483000; }
+    .bubble { width: 56px; height: 56px; border-radius: 50%; background: #2952cc; color: #fff; border: 0; font-size: 24px; box-shadow: 0 4px 14px rgba(0,0,0,.25); }
+    .panel { position: fixed; right: 20px; bottom: 88px; width: min(760px, calc(100vw - 40px)); height: min(620px, calc(100vh - 110px));
+      background: #fff; border-radius: 12px; box-shadow: 0 10px 40px rgba(0,0,0,.25); display: flex; flex-direction: column; overflow: hidden; }
+    .panel.maximised { inset: 12px; width: auto; height: auto; }
+    .panel.minimised { height: 46px; }
+    .panel.minimised .body { display: none; }
+    header { display: flex; gap: 8px; align-items: center; padding: 8px 10px; border-bottom: 1px solid #e3e6ee; }
+    header b { flex: 1; }
+    header button { padding: 1px 7px; }
+    .conn { font-size: 12px; padding: 1px 8px; border-radius: 10px; background: #fbe4e2; color: #9b2a20; }
+    .conn[data-state="connected"] { background: #e2f4e6; color: #1e6b32; }
+    .conn[data-state="connecting"] { background: #fff3d6; color: #7a5a00; }
+    .body { flex: 1; display: grid; grid-template-columns: 190px 1fr; min-height: 0; }
+    .body.files { grid-template-columns: 190px 1fr 240px; }
+    .chat { display: flex; flex-direction: column; min-height: 0; min-width: 0; }
+    rtc-message-list { flex: 1; }
+    .err { background: #fdf1f0; color: #9b2a20; font-size: 12px; padding: 3px 10px; }
+  `);
+
+  constructor() {
+    super();
+    this.mode = 'closed';
+    this._getToken = null;
+    this.root.innerHTML = `
+      <div class="panel" part="panel" hidden>
+        <header><b>Agent</b><span class="conn" part="connection" data-state="disconnected">disconnected</span>
+          <select name="mode" title="Work mode">${WORK_MODES.map((m) => `<option value="${m}">${m}</option>`).join('')}</select>
+          <button data-act="files" title="Files">Files</button><button data-act="min" title="Minimise">_</button>
+          <button data-act="max" title="Maximise">□</button><button data-act="close" title="Close">×</button></header>
+        <div class="err" hidden></div>
+        <div class="body"><rtc-session-list></rtc-session-list><div class="chat"><rtc-message-list></rtc-message-list><rtc-composer></rtc-composer></div></div>
+      </div>
+      <button class="bubble" part="bubble" title="Open the agent" aria-label="Open the agent">✦</button>`;
+    this.root.querySelector('.bubble').onclick = () => this.setMode(this.mode === 'closed' ? 'normal' : 'closed');
+    this.root.querySelector('header').addEventListener('click', (e) => {
+      const act = e.target.closest('button')?.dataset.act;
+      if (act === 'close') this.setMode('closed');
+      else if (act === 'min') this.setMode(this.mode === 'minimised' ? 'normal' : 'minimised');
+      else if (act === 'max') this.setMode(this.mode === 'maximised' ? 'normal' : 'maximised');
+      else if (act === 'files') this.toggleFiles();
+    });
+    this.root.querySelector('select').onchange = (e) => this.agent && this.agent.setWorkMode(e.target.value);
+  }
+
+  static get observedAttributes() { return ['open']; }
+  attributeChangedCallback(name, _old, value) { if (name === 'open') this.setMode(value === null ? 'closed' : value || 'normal'); }
+
+  get getToken() { return this._getToken; }
+  set getToken(fn) { this._getToken = fn; this.maybeStart(); }
+
+  connectedCallback() { this.maybeStart(); }
+
+  maybeStart() {
+    if (this.started || !this._getToken || !this.isConnected) return;
+    this.started = true;
+    const agent = new Agent({ server: this.getAttribute('server') || location.origin, getToken: this._getToken });
+    this.agent = agent;
+    for (const sel of ['rtc-session-list', 'rtc-message-list', 'rtc-composer']) this.root.querySelector(sel).agent = agent;
+    agent.start().then(() => this.dispatchEvent(new CustomEvent('rtc-agent-ready'))).catch((err) => agent.fail(err));
+  }
+
+  update(state) {
+    const conn = this.root.querySelector('.conn');
+    conn.dataset.state = state.connection;
+    conn.textContent = state.connection;
+    this.root.querySelector('select').value = state.workMode;
+    const err = this.root.querySelector('.err');
+    err.hidden = !state.error;
+    err.innerHTML = state.error ? `${esc(state.error)} <button>dismiss</button>` : '';
+    if (state.error) err.querySelector('button').onclick = () => this.agent.store.set({ error: '' });
+  }
+
+  setMode(mode) {
+    this.mode = mode;
+    const panel = this.root.querySelector('.panel');
+    panel.hidden = mode === 'closed';
+    panel.classList.toggle('maximised', mode === 'maximised');
+    panel.classList.toggle('minimised', mode === 'minimised');
+  }
+
+  toggleFiles() {
+    const body = this.root.querySelector('.body');
+    let panel = body.querySelector('rtc-file-panel');
+    if (panel) { panel.remove(); body.classList.remove('files'); return; }
+    panel = document.createElement('rtc-file-panel');
+    body.appendChild(panel);
+    body.classList.add('files');
+    if (this.agent) panel.agent = this.agent;
+  }
+}
+
+customElements.define('rtc-agent', RtcAgent);

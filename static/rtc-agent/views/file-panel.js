@@ -1,0 +1,43 @@
+// <rtc-file-panel>: browse the virtual file system, open a file, download it.
+import { View, esc } from './base.js';
+
+class FilePanel extends View {
+  static styles = View.css(`
+    :host { display: flex; flex-direction: column; min-height: 0; border-left: 1px solid #e3e6ee; background: #fafbfd; }
+    ul { list-style: none; margin: 0; padding: 6px; overflow: auto; max-height: 40%; }
+    li { padding: 2px 4px; border-radius: 4px; cursor: pointer; font-family: ui-monospace, monospace; font-size: 12px; }
+    li[aria-selected="true"] { background: #e6ecfb; }
+    .view { flex: 1; overflow: auto; padding: 6px; border-top: 1px solid #e3e6ee; }
+    pre { margin: 0; white-space: pre-wrap; }
+  `);
+
+  constructor() {
+    super();
+    this.selected = null;
+    this.root.addEventListener('click', (e) => {
+      const li = e.target.closest('li');
+      if (li) { this.selected = li.dataset.path; this.update(this.agent.store.state); }
+      if (e.target.closest('[data-act=download]')) this.download();
+    });
+  }
+
+  update(state) {
+    const files = state.files || [];
+    const file = files.find((f) => f.path === this.selected);
+    this.root.innerHTML = `<div class="row" style="padding:6px"><b class="grow">Files</b><span class="muted">${files.length}</span></div>
+      <ul part="files">${files.map((f) => `<li data-path="${esc(f.path)}" aria-selected="${f.path === this.selected}">${esc(f.path)} <span class="muted">${f.size} B</span></li>`).join('') || '<li class="muted">No files yet</li>'}</ul>
+      <div class="view">${file ? `<div class="row"><b class="grow">${esc(file.path)}</b><button data-act="download">Download</button></div><pre part="file-content">${esc(file.content)}</pre>` : '<span class="muted">Select a file to open it.</span>'}</div>`;
+  }
+
+  download() {
+    const file = (this.agent.store.state.files || []).find((f) => f.path === this.selected);
+    if (!file) return;
+    const a = document.createElement('a');
+    a.href = URL.createObjectURL(new Blob([file.content], { type: 'text/plain' }));
+    a.download = file.path.split('/').pop() || 'file.txt';
+    a.click();
+    setTimeout(() => URL.revokeObjectURL(a.href), 1000);
+  }
+}
+
+customElements.define('rtc-file-panel', FilePanel);

@@ -1,0 +1,149 @@
+// <rtc-message-list>: the open session's conversation. Messages are keyed by id and a node is
+// replaced only when its rendered HTML changed, so prompts keep what the user typed. Streaming
+// text comes from the live chunks until the final topic message replaces it. Model text is
+// rendered through lib/markdown.js (sanitised); everything else is escaped.
+import { View, esc } from './base.js';
+import { renderMarkdown } from '../lib/markdown.js';
+import './prompts.js';
+
+const STATUS = { pending: 'pending', sent: 'pending', executing: 'running', completed: 'done', failed: 'failed', timeout: 'timed out', rejected: 'rejected' };
+
+class MessageList extends View {
+  static styles = View.css(`
+    :host { display: block; overflow: auto; padding: 10px 12px; }
+    .msg { margin: 0 0 10px; }
+    .user { background: #2952cc; color: #fff; padding: 6px 10px; border-radius: 10px; margin-left: 20%; white-space: pre-wrap; }
+    .user .fork { float: right; font-size: 11px; padding: 0 5px; margin-left: 6px; }
+    .md > :first-child { margin-top: 0; } .md > :last-child { margin-bottom: 0; }
+    .copy { position: absolute; top: 4px; right: 4px; font-size: 11px; padding: 0 6px; }
+    details.thinking { color: #687087; font-size: 13px; }
+    .tool { border: 1px solid #e3e6ee; border-radius: 8px; padding: 6px 8px; font-size: 13px; }
+    .tool .name { font-weight: 600; font-family: ui-monospace, monospace; }
+    .status { font-size: 11px; border-radius: 10px; padding: 1px 7px; background: #eef0f5; }
+    .status.done { background: #e2f4e6; color: #1e6b32; } .status.failed, .status.rejected, .status.timed { background: #fbe4e2; color: #9b2a20; }
+    .status.running::before { content: ''; display: inline-block; width: 8px; height: 8px; margin-right: 4px; border: 2px solid #2952cc; border-right-color: transparent; border-radius: 50%; animation: spin .8s linear infinite; }
+    @keyframes spin { to { transform: rotate(360deg); } }
+    .error { border: 1px solid #f0b8b2; background: #fdf1f0; border-radius: 8px; padding: 8px; }
+    .empty { color: #687087; text-align: center; margin-top: 30%; }
+    .out { white-space: pre-wrap; max-height: 160px; overflow: auto; font-family: ui-monospace, monospace; font-size: 12px; }
+  `);
+
+  constructor() {
+    super();
+    this.nodes = new Map();
+    this.md = new Map();
+    this.root.addEventListener('click', (e) => this.onClick(e));
+  }
+
+  markdown(id, text) {
+    const hit = this.md.get(id);
+    if (hit && hit.text === text) return hit.html;
+    const html = renderMarkdown(text).replace(/<pre>/g, '<pre><button class="copy" type="button">Copy</button>');
+    this.md.set(id, { text, html });
+    return html;
+  }
+
+  update(state) {
+    const sid = state.currentSession;
+    const store = this.agent.store;
+    const items = sid ? store.sessionMessages(sid) : [];
+    const rtcs = new Map((sid ? store.sessionRtcs(sid) : []).map((r) => [r.tool_call_id, r]));
+    const atBottom = this.scrollHeight - this.scrollTop - this.clientHeight < 40;
+    const wanted = [];
+    for (const m of items) {
+      const html = this.renderMessage(m, state, rtcs);
+      if (html) wanted.push([m.id, html]);
+    }
+    if (!wanted.length) wanted.push(['empty', `<div class="empty">${sid ? 'Loading…' : 'Ask the agent anything. It works on files in this browser.'}</div>`]);
+    const keep = new Set(wanted.map(([id]) => id));
+    for (const [id, n] of this.nodes) if (!keep.has(id)) { n.node.remove(); this.nodes.delete(id); }
+    let prev = null;
+    for (const [id, html] of wanted) {
+      let entry = this.nodes.get(id);
+      if (!entry || entry.html !== html) {
+        const node = document.createElement('div');
+        node.className = 'msg';
+        node.dataset.id = id;
+        node.innerHTML = html;
+        if (entry) entry.node.replaceWith(node);
+        entry = { node, html };
+        this.nodes.set(id, entry);
+        for (const p of node.querySelectorAll('rtc-approval, rtc-ask-user')) { p.agent = this.agent; }
+      }
+      const expected = prev ? prev.nextSibling : this.root.firstChild;
+      if (expected !== entry.node) this.root.insertBefore(entry.node, expected);
+      prev = entry.node;
+    }
+    if (atBottom) this.scrollTop = this.scrollHeight;
+  }
+
+  renderMessage(m, state, rtcs) {
+    const { type, data } = m.content || {};
+    const stream = state.streams[m.id];
+    const live = m.streaming_status === 'streaming' && stream ? stream.text : null;
+    switch (type) {
+      case 'user_message':
+        return `<div class="user"><button class="fork" data-fork="${esc(m.id)}" title="Edit and fork from here">Fork</button>${esc((data && data.text) || '')}</div>`;
+      case 'markdown':
+      case 'text':
+      case 'summary': {
+        const text = live ?? (typeof data === 'string' ? data : (data && data.text) || '');
+        if (!text && m.streaming_status !== 'streaming') return '';
+        return `<div class="md" part="answer">${this.markdown(m.id, text)}${m.streaming_status === 'streaming' ? '<span class="muted"> ▍</span>' : ''}</div>`;
+      }
+      case 'thinking': {
+        const text = live ?? (data || '');
+        return text ? `<details class="thinking"><summary>Thinking</summary><div>${esc(text)}</div></details>` : '';
+      }
+      case 'toolcall_input': return this.renderTool(data || {}, rtcs.get(data && data.id), state);
+      case 'toolcall_output':
+        return `<details class="muted"><summary>Result of ${esc(data.name || 'tool')}</summary><div class="out">${esc(data.output)}</div></details>`;
+      case 'error':
+        return `<div class="error" part="error" role="alert"><div class="row"><b class="grow">${esc(data.title || 'Error')}</b><span class="status failed">${esc(data.category || 'system')}</span></div>
+          <div>${esc(data.message || '')}</div><div style="margin-top:6px"><button data-retry="${esc(m.session_id)}">Retry</button></div></div>`;
+      default: return '';
+    }
+  }
+
+  renderTool(call, rtc, state) {
+    const prompt = rtc && state.prompts && state.prompts[rtc.id];
+    const local = rtc && state.local && state.local[rtc.id];
+    const queued = rtc && (state.outbox || []).some((o) => o.rtc_id === rtc.id);
+    let status = rtc ? STATUS[rtc.status] || rtc.status : 'pending';
+    if (local && local.running && rtc.status !== 'completed' && rtc.status !== 'failed') status = 'running';
+    const owner = rtc && this.agent.executor.owns(rtc.session_id);
+    const args = typeof call.arguments === 'string' ? call.arguments : JSON.stringify(call.arguments || {});
+    const terminal = rtc && ['completed', 'failed', 'timeout', 'rejected'].includes(rtc.status);
+    let extra = '';
+    if (prompt && !terminal) {
+      extra = prompt.kind === 'approval'
+        ? `<rtc-approval data-rtc="${esc(rtc.id)}"></rtc-approval>`
+        : `<rtc-ask-user data-rtc="${esc(rtc.id)}"></rtc-ask-user>`;
+    }
+    const note = queued ? '<span class="muted">delivering result…</span>'
+      : rtc && !owner && !terminal ? '<span class="muted">runs on another device</span>' : '';
+    const err = rtc && rtc.error_message ? `<div class="muted">${esc(rtc.error_message)}</div>` : '';
+    return `<div class="tool" part="tool" data-tool="${esc(call.name)}" data-status="${esc(status)}">
+      <div class="row"><span class="name">${esc(call.name)}</span><span class="grow muted" style="overflow:hidden;text-overflow:ellipsis;white-space:nowrap">${esc(args.slice(0, 120))}</span>
+      <span class="status ${esc(status.split(' ')[0])}">${esc(prompt && !terminal && prompt.kind === 'approval' ? 'awaiting approval' : status)}</span></div>${note}${err}${extra}</div>`;
+  }
+
+  onClick(e) {
+    const copy = e.target.closest('button.copy');
+    if (copy) {
+      const code = copy.parentElement.querySelector('code') || copy.parentElement;
+      navigator.clipboard.writeText(code.textContent).then(() => { copy.textContent = 'Copied'; }, () => { copy.textContent = 'Copy failed'; });
+      return;
+    }
+    const retry = e.target.closest('[data-retry]');
+    if (retry) return this.agent.retryTurn(retry.dataset.retry);
+    const fork = e.target.closest('[data-fork]');
+    if (fork) {
+      const msg = this.agent.store.state.messages[fork.dataset.fork];
+      const text = prompt('Edit the message; a new session is forked from here', msg.content.data.text || '');
+      if (text) this.agent.fork(msg.session_id, msg.id, text);
+    }
+  }
+}
+
+customElements.define('rtc-message-list', MessageList);

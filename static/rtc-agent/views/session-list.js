@@ -1,0 +1,70 @@
+// <rtc-session-list>: the user's sessions with new, rename, fork-less actions (archive via
+// close/open, soft delete) and the token-usage ring of each session.
+import { View, esc } from './base.js';
+
+class SessionList extends View {
+  static styles = View.css(`
+    :host { display: block; overflow: auto; border-right: 1px solid #e3e6ee; background: #fafbfd; }
+    .top { padding: 8px; position: sticky; top: 0; background: #fafbfd; }
+    ul { list-style: none; margin: 0; padding: 0 6px 8px; }
+    li { padding: 6px; border-radius: 6px; cursor: pointer; }
+    li[aria-current="true"] { background: #e6ecfb; }
+    li .acts { display: none; gap: 4px; margin-top: 4px; }
+    li[aria-current="true"] .acts { display: flex; flex-wrap: wrap; }
+    li .acts button { padding: 0 6px; font-size: 12px; }
+    .closed .title { text-decoration: line-through; color: #687087; }
+    .title { overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
+  `);
+
+  constructor() {
+    super();
+    this.root.addEventListener('click', (e) => this.onClick(e));
+  }
+
+  update(state) {
+    const sessions = this.agent.store.visibleSessions();
+    const cur = state.currentSession;
+    this.root.innerHTML = `
+      <div class="top"><button class="primary" data-act="new" style="width:100%">+ New chat</button></div>
+      <ul part="sessions">${sessions.map((s) => `
+        <li data-id="${esc(s.id)}" aria-current="${s.id === cur}" class="${s.status === 'closed' ? 'closed' : ''}">
+          <div class="row"><span class="title grow">${esc(s.title || 'Untitled')}</span>${ring(s)}</div>
+          <div class="muted">${esc(s.status)}${s.status === 'active' ? ' · working…' : ''}</div>
+          <div class="acts">
+            <button data-act="rename">Rename</button>
+            ${s.status === 'closed' ? '<button data-act="open">Unarchive</button>' : '<button data-act="close">Archive</button>'}
+            <button data-act="delete" class="danger">Delete</button>
+          </div>
+        </li>`).join('')}</ul>`;
+  }
+
+  onClick(e) {
+    const btn = e.target.closest('button');
+    const li = e.target.closest('li');
+    const id = li && li.dataset.id;
+    const act = btn && btn.dataset.act;
+    if (act === 'new') return this.agent.selectSession(null);
+    if (!id) return;
+    if (!act) return this.agent.selectSession(id);
+    const s = this.agent.store.state.sessions[id];
+    if (act === 'rename') {
+      const title = prompt('Rename session', s.title || '');
+      if (title !== null) this.agent.rename(id, title);
+    } else if (act === 'close') this.agent.archive(id);
+    else if (act === 'open') this.agent.unarchive(id);
+    else if (act === 'delete' && confirm(`Delete "${s.title || 'Untitled'}"?`)) this.agent.remove(id);
+  }
+}
+
+// Context use as a ring: current_context_tokens against the compression threshold.
+function ring(s) {
+  const max = s.compression_threshold || 128000;
+  const used = s.current_context_tokens || 0;
+  const pct = Math.min(100, Math.round((used / max) * 100));
+  const c = 2 * Math.PI * 7;
+  return `<svg width="18" height="18" viewBox="0 0 18 18" aria-label="context ${pct}%"><title>${used} / ${max} tokens (${s.total_tokens || 0} in total)</title>
+    <circle cx="9" cy="9" r="7" fill="none" stroke="#e3e6ee" stroke-width="3"/>
+    <circle cx="9" cy="9" r="7" fill="none" stroke="#2952cc" stroke-width="3" stroke-dasharray="${(c * pct) / 100} ${c}" transform="rotate(-90 9 9)"/></svg>`;
+}
+
+customElements.define('rtc-session-list', SessionList);
