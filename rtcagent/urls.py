@@ -6,6 +6,7 @@ from drf_spectacular.views import SpectacularAPIView
 
 urlpatterns = [
     path("admin/", admin.site.urls),
+    path("i18n/", include("django.conf.urls.i18n")),
     path("", include("apps.accounts.urls")),
     path("", include("apps.gateway.urls")),
     path("", include("apps.rtc.urls")),

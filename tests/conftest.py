@@ -20,6 +20,12 @@ def _clean_redis() -> Iterator[None]:
     yield
 
 
+@pytest.fixture(autouse=True)
+def _fast_password_hashing(settings: Any) -> None:
+    """Users are created by the hundred; the production hasher is slow on purpose."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
 @pytest.fixture
 def redis_client() -> Any:
     from rtcagent.redis import get_redis
