@@ -24,6 +24,7 @@ class MessageList extends View {
     .status.running::before { content: ''; display: inline-block; width: 8px; height: 8px; margin-right: 4px; border: 2px solid #2952cc; border-right-color: transparent; border-radius: 50%; animation: spin .8s linear infinite; }
     @keyframes spin { to { transform: rotate(360deg); } }
     .error { border: 1px solid #f0b8b2; background: #fdf1f0; border-radius: 8px; padding: 8px; }
+    .md table { border-collapse: collapse; } .md th, .md td { border: 1px solid #e3e6ee; padding: 2px 8px; }
     .empty { color: #687087; text-align: center; margin-top: 30%; }
     .out { white-space: pre-wrap; max-height: 160px; overflow: auto; font-family: ui-monospace, monospace; font-size: 12px; }
   `);
