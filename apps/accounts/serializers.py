@@ -26,16 +26,27 @@ class TokenObtainPairSerializer(BaseTokenObtainPairSerializer):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.fields["email"] = serializers.EmailField(write_only=True, max_length=254)
+        # The browser's device id: bound into both tokens, it names the device that executes
+        # the tool calls of the sessions it sends to.
+        self.fields["device_id"] = serializers.CharField(
+            write_only=True, required=False, allow_blank=True, max_length=128
+        )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, str]:
+        device_id = attrs.pop("device_id", "")
         # Emails are stored lower-cased (UserManager, User.clean), so match them that way.
         try:
-            return super().validate({**attrs, "email": attrs["email"].strip().lower()})
+            data = super().validate({**attrs, "email": attrs["email"].strip().lower()})
         except exceptions.AuthenticationFailed as exc:
             # simplejwt's flavour puts the code in the body: {"detail", "code"}, like the rest.
             raise AuthenticationFailed(
                 self.error_messages["no_active_account"], "no_active_account"
             ) from exc
+        if device_id:
+            refresh = self.token_class(data["refresh"])
+            refresh["device_id"] = device_id
+            data = {"refresh": str(refresh), "access": str(refresh.access_token)}
+        return data
 
 
 class TokenRefreshSerializer(BaseTokenRefreshSerializer):

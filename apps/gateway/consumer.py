@@ -388,7 +388,11 @@ class GatewayConsumer(AsyncWebsocketConsumer):
             return
         since_pos = None
         if since:
-            since_pos = (int(since.get("offset", 0) or 0), str(since.get("epoch", "")))
+            offset = since.get("offset", 0) or 0
+            if isinstance(offset, bool) or not isinstance(offset, int):
+                await self.send_objs(P.error(cmd.id, P.ERR_BAD_REQUEST, "bad request"))
+                return
+            since_pos = (offset, str(since.get("epoch", "")))
         try:
             result = await database_sync_to_async(recovery.history)(
                 uid, since=since_pos, limit=limit
@@ -396,6 +400,12 @@ class GatewayConsumer(AsyncWebsocketConsumer):
         except LookupError:
             await self.send_objs(
                 P.error(cmd.id, P.ERR_UNRECOVERABLE_POSITION, "unrecoverable position")
+            )
+            return
+        except Exception:
+            log.exception("history failed for user %s", uid)
+            await self.send_objs(
+                P.error(cmd.id, P.ERR_INTERNAL, "internal server error", temporary=True)
             )
             return
         await self.send_objs(P.reply(cmd.id, "history", result))

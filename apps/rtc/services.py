@@ -73,7 +73,7 @@ class RtcChange:
 def _owned(user_id: int, rtc_id: uuid.UUID | str) -> Rtc:
     pk = as_uuid(rtc_id, "rtc")
     rtc = Rtc.objects.select_related("session").filter(
-        pk=pk, user_id=user_id, deleted_at__isnull=True
+        pk=pk, user_id=user_id, deleted_at__isnull=True, session__deleted_at__isnull=True
     ).first()
     if rtc is None:
         raise NotFound("rtc", pk)
@@ -104,7 +104,8 @@ def rtc_update_status(
     """The browser reports ``sent``, ``executing`` or ``rejected`` (with an optional reason).
 
     Statuses only move forward: a report that would go back (``sent`` after ``executing``) or
-    touch a finished RTC is ``InvalidState`` and changes nothing. A rejection resumes the turn,
+    touch a finished RTC is ``InvalidState`` and changes nothing; repeating the current status
+    is a no-op (``duplicate``). A rejection resumes the turn,
     which tells the model ``[Tool Rejected] <reason>``.
     """
     if status not in _BROWSER_STATUSES:
@@ -112,6 +113,8 @@ def rtc_update_status(
     with transaction.atomic():
         rtc = _owned(user_id, rtc_id)
         _check_device(rtc, device_id)
+        if rtc.status == status:  # a retried report (its reply was lost): nothing to do
+            return RtcChange(rtc=rtc, duplicate=True)
         values: dict[str, Any] = {}
         if status == RtcStatus.REJECTED:
             values = {"error_message": reason[:2000], "client_id": client_id}

@@ -33,9 +33,8 @@ class RtcResultView(APIView):
         try:
             body: dict[str, Any] = submit_result(ctx, rtc_id, dict(params.validated_data))
         except RtcError as exc:
-            code = status.HTTP_404_NOT_FOUND if exc.slug.endswith("not_found") else (
-                status.HTTP_403_FORBIDDEN if exc.slug == "permission_denied"
-                else status.HTTP_400_BAD_REQUEST)
+            # Application codes are HTTP statuses (rtcagent.errors), 104 aside.
+            code = exc.code if 400 <= exc.code < 600 else status.HTTP_400_BAD_REQUEST
             return Response({"code": exc.slug, "message": exc.message, "details": exc.details},
                             status=code)
         return Response(body)

@@ -34,6 +34,7 @@ from .selectors import as_uuid, messages_before, session_get, visible_messages
 from .serializers import message_to_dict, session_to_dict
 from .statemachine import apply_transition
 
+RESERVED_CLIENT_ID_PREFIX = "turn:"  # messages the engine writes (apps.turns.runner)
 FORK_LIMIT_DEFAULT = 200
 FORK_LIMIT_MAX = 1000
 TITLE_MAX = 255
@@ -260,6 +261,8 @@ def session_fork(
         raise InvalidRequest("limit: must be a positive integer")
     limit = min(limit, FORK_LIMIT_MAX)
     content = validate_content(content, allowed=USER_CONTENT_TYPES)
+    if new_client_message_id.startswith(RESERVED_CLIENT_ID_PREFIX):
+        raise InvalidRequest("new_client_message_id: the 'turn:' prefix is reserved")
     with transaction.atomic():
         old = session_get(user_id=user_id, session_id=old_session_id)
         anchor_pk = as_uuid(old_message_id, "message")
@@ -360,6 +363,8 @@ def message_send(
     content = validate_content(content, allowed=USER_CONTENT_TYPES)
     if not client_id:
         raise InvalidRequest("client_id: required")
+    if client_id.startswith(RESERVED_CLIENT_ID_PREFIX):
+        raise InvalidRequest("client_id: the 'turn:' prefix is reserved for the server")
     if work_mode is not None and work_mode not in WorkMode.values:
         raise InvalidRequest(f"work_mode: {work_mode!r} is not a work mode")
     with transaction.atomic():

@@ -57,6 +57,7 @@ class Checkpoint:
 class RtcOutcome:
     finished: bool
     text: str  # what the model sees (protocol.md §6)
+    status: str = "done"  # recorded on the toolcall_output message: the RTC's final status
 
 
 class TurnPorts(Protocol):
@@ -119,7 +120,7 @@ def _advance(ports: TurnPorts, cp: Checkpoint) -> str:
             if not outcome.finished:
                 ports.wait()
                 return WAITING
-            _finish_call(ports, cp, outcome.text, "done")
+            _finish_call(ports, cp, outcome.text, outcome.status)
         if cp.answer is not None and len(cp.results) == len(cp.calls):
             # every call has its result: the pair enters the transcript
             cp.transcript += [cp.answer, *cp.results]
@@ -221,7 +222,7 @@ def _run_next_call(ports: TurnPorts, cp: Checkpoint) -> bool:
     ports.save(cp)
     outcome = ports.rtc_outcome(cp.waiting_rtc)  # a repeated step may find it already finished
     if outcome.finished:
-        _finish_call(ports, cp, outcome.text, "done")
+        _finish_call(ports, cp, outcome.text, outcome.status)
         return True
     ports.wait()
     return False

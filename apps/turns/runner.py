@@ -8,6 +8,7 @@ unique per (turn, tool call id).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from typing import Any
@@ -42,6 +43,13 @@ SYSTEM_PROMPT = (
     "file system (ls, read, write, edit, grep, find), a JavaScript sandbox (script) and "
     "questions to the user (askUser). Read before you edit. Keep answers concise; use Markdown."
 )
+
+
+def _call_key(call_id: str) -> str:
+    """A tool call id as used in message keys: short ids as is, long ones hashed."""
+    if len(call_id) <= 64:
+        return call_id
+    return "h" + hashlib.sha256(call_id.encode()).hexdigest()[:40]
 
 
 def _conversation(messages: list[Message]) -> list[dict[str, Any]]:
@@ -248,14 +256,14 @@ class DjangoTurnPorts:
 
     def record_call(self, step: int, call: dict[str, Any]) -> None:
         self._message(
-            f"{step}:call:{call['id']}",
+            f"{step}:call:{_call_key(call['id'])}",
             MessageRole.ASSISTANT,
             {"type": ContentType.TOOLCALL_INPUT, "data": dict(call)},
         )
 
     def record_result(self, step: int, call: dict[str, Any], output: str, status: str) -> None:
         self._message(
-            f"{step}:result:{call['id']}",
+            f"{step}:result:{_call_key(call['id'])}",
             MessageRole.TOOL,
             {
                 "type": ContentType.TOOLCALL_OUTPUT,
@@ -274,9 +282,8 @@ class DjangoTurnPorts:
             if rtc is not None:
                 return str(rtc.id)
             session = Session.objects.get(pk=self.session.id)
-            input_msg = Message.objects.filter(
-                user_id=self.user_id, client_id=f"turn:{self.tid}:{step}:call:{call['id']}"
-            ).first()
+            key = f"turn:{self.tid}:{step}:call:{_call_key(call['id'])}"
+            input_msg = Message.objects.filter(user_id=self.user_id, client_id=key).first()
             rtc = Rtc.objects.create(
                 session_id=session.id,
                 turn_id=self.turn.id,
@@ -300,9 +307,8 @@ class DjangoTurnPorts:
     def rtc_outcome(self, rtc_id: str) -> RtcOutcome:
         rtc = Rtc.objects.get(pk=rtc_id)
         finished = rtc.status in TERMINAL_RTC_STATUSES
-        return RtcOutcome(
-            finished, rtc_tools.output_for_model(rtc.status, rtc.result, rtc.error_message)
-        )
+        text = rtc_tools.output_for_model(rtc.status, rtc.result, rtc.error_message)
+        return RtcOutcome(finished, text, rtc.status)
 
     # --- lifecycle --------------------------------------------------------------------------
 

@@ -199,3 +199,18 @@ async def test_nothing_is_pushed_before_the_connect_reply(gateway, make_user) ->
     assert first[0]["id"] == 1
     await pub
     await ws.close()
+
+
+async def test_history_with_a_bad_position_is_answered(gateway, make_user) -> None:
+    user = await sync_to_async(make_user)()
+    ws = await _connected(gateway.ws_url, issue_access_token(user))
+    channel = f"topic:u={user.id}"
+    await ws.send(json.dumps({"id": 2, "history": {
+        "channel": channel, "limit": 5, "since": {"offset": "abc", "epoch": "x"}}}))
+    (reply,) = await _recv_lines(ws)
+    assert reply == {"id": 2, "error": {"code": 107, "message": "bad request"}}
+    await ws.send(json.dumps({"id": 3, "history": {
+        "channel": channel, "limit": 5, "since": {"offset": 0, "epoch": "other"}}}))
+    (reply,) = await _recv_lines(ws)
+    assert reply["error"]["code"] == 112
+    await ws.close()
