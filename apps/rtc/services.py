@@ -19,9 +19,9 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from apps.gateway.events import item, publish_update
-from apps.sessions.selectors import as_uuid
+from apps.sessions.selectors import as_uuid, owned_get
 from apps.sessions.statemachine import apply_transition
-from rtcagent.errors import InvalidRequest, InvalidState, NotFound, PermissionDenied
+from rtcagent.errors import InvalidRequest, InvalidState, PermissionDenied
 
 from .models import RTC_TRANSITIONS, TERMINAL_RTC_STATUSES, Rtc, RtcStatus
 from .serializers import rtc_to_dict
@@ -71,13 +71,7 @@ class RtcChange:
 
 
 def _owned(user_id: int, rtc_id: uuid.UUID | str) -> Rtc:
-    pk = as_uuid(rtc_id, "rtc")
-    rtc = Rtc.objects.select_related("session").filter(
-        pk=pk, user_id=user_id, deleted_at__isnull=True, session__deleted_at__isnull=True
-    ).first()
-    if rtc is None:
-        raise NotFound("rtc", pk)
-    return rtc
+    return owned_get(Rtc, "rtc", user_id=user_id, pk=rtc_id)
 
 
 def _check_device(rtc: Rtc, device_id: str) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
 from django.db.models import QuerySet
 
@@ -120,3 +121,41 @@ def messages_before(*, session: Session, global_offset: int, limit: int) -> list
         session=session, deleted_at__isnull=True, global_offset__lt=global_offset
     ).order_by("-global_offset")[:limit]
     return list(reversed(list(rows)))
+
+
+def visible_in_sessions(model: type[Any], *, user_id: int) -> QuerySet[Any]:
+    """Rows of ``model`` (a Turn or Rtc) the caller may see: theirs, not deleted, and in a
+    session that is not soft-deleted."""
+    return model.objects.filter(
+        user_id=user_id, deleted_at__isnull=True, session__deleted_at__isnull=True
+    )
+
+
+def owned_get(model: type[Any], entity: str, *, user_id: int, pk: uuid.UUID | str) -> Any:
+    """The caller's visible ``model`` row ``pk``, or ``NotFound(entity)`` (never tell which)."""
+    key = as_uuid(pk, entity)
+    row = visible_in_sessions(model, user_id=user_id).filter(pk=key).first()
+    if row is None:
+        raise NotFound(entity, key)
+    return row
+
+
+def owned_list(
+    model: type[Any],
+    *,
+    user_id: int,
+    session_id: uuid.UUID | str,
+    cursor: str | None,
+    limit: int | None,
+    default: int = 50,
+) -> Page:
+    """The caller's visible rows of one session in creation order, keyset-paged on
+    ``(created_at, id)``; ``NotFound('session')`` for a session that is not visible."""
+    session = session_get(user_id=user_id, session_id=session_id)
+    return keyset_page(
+        visible_in_sessions(model, user_id=user_id).filter(session=session),
+        field="created_at",
+        cursor=cursor,
+        limit=page_limit(limit, default=default),
+        descending=False,
+    )

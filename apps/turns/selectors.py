@@ -8,31 +8,15 @@ from __future__ import annotations
 
 import uuid
 
-from django.db.models import QuerySet
-
-from apps.sessions.pagination import Page, keyset_page, page_limit
-from apps.sessions.selectors import as_uuid, session_get
-from rtcagent.errors import NotFound
+from apps.sessions.pagination import Page
+from apps.sessions.selectors import owned_get, owned_list
 
 from .models import Turn
-
-TURN_PAGE_DEFAULT = 50
-
-
-def visible_turns(*, user_id: int) -> QuerySet[Turn]:
-    """The caller's turns that are not deleted and whose session is not soft-deleted."""
-    return Turn.objects.filter(
-        user_id=user_id, deleted_at__isnull=True, session__deleted_at__isnull=True
-    )
 
 
 def turn_get(*, user_id: int, turn_id: uuid.UUID | str) -> Turn:
     """The caller's visible turn ``turn_id``, or ``NotFound('turn')``."""
-    pk = as_uuid(turn_id, "turn")
-    turn = visible_turns(user_id=user_id).filter(pk=pk).first()
-    if turn is None:
-        raise NotFound("turn", pk)
-    return turn
+    return owned_get(Turn, "turn", user_id=user_id, pk=turn_id)
 
 
 def turn_list(
@@ -42,15 +26,5 @@ def turn_list(
     cursor: str | None = None,
     limit: int | None = None,
 ) -> Page:
-    """Turns of the caller's session in creation order, keyset-paged on ``(created_at, id)``;
-    ``limit`` defaults to 50 and is capped at ``PAGE_MAX``. ``NotFound('session')`` for a
-    session that is not visible."""
-    session = session_get(user_id=user_id, session_id=session_id)
-    size = page_limit(limit, default=TURN_PAGE_DEFAULT)
-    return keyset_page(
-        visible_turns(user_id=user_id).filter(session=session),
-        field="created_at",
-        cursor=cursor,
-        limit=size,
-        descending=False,
-    )
+    """Turns of the caller's session in creation order (50 a page by default)."""
+    return owned_list(Turn, user_id=user_id, session_id=session_id, cursor=cursor, limit=limit)
