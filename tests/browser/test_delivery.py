@@ -15,7 +15,8 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 REGISTER = """() => {
   window.__release = null;
   rtcAgent.registerFunction({ name: 'slowOp', class: 'read', description: 'waits for the test',
-    handler: () => { localStorage.setItem('runs', String(Number(localStorage.getItem('runs') || 0) + 1));
+    handler: () => {
+      localStorage.setItem('runs', String(Number(localStorage.getItem('runs') || 0) + 1));
       return new Promise((resolve) => { window.__release = () => resolve('slow done'); }); } });
 }"""
 
@@ -36,14 +37,17 @@ def test_outbox_survives_a_reload_while_offline(page: Any, context: Any, web: An
     context.route("**/api/rtc/**", lambda route: route.abort())
     page.evaluate("document.querySelector('rtc-agent').agent.conn.client.disconnect()")
     page.evaluate("window.__release()")
-    expect(page.locator("rtc-message-list .tool")).to_contain_text("delivering result", timeout=10000)
+    expect(page.locator("rtc-message-list .tool")).to_contain_text("delivering result",
+                                                                  timeout=10000)
     stored = page.evaluate("""async () => (await document.querySelector('rtc-agent').agent
         .outbox.pending()).map((e) => [e.body.success, e.body.result && e.body.result.result])""")
     assert stored == [[True, "slow done"]]
     # reload while offline: the stored state is shown, the tool is not run again
+    page.wait_for_timeout(300)  # the state snapshot is saved at most 150 ms after a change
     page.reload()
     page.evaluate(REGISTER)
-    expect(page.locator("rtc-message-list .tool")).to_contain_text("delivering result", timeout=10000)
+    expect(page.locator("rtc-message-list .tool")).to_contain_text("delivering result",
+                                                                  timeout=10000)
     page.wait_for_timeout(1500)
     assert page.evaluate("localStorage.getItem('runs')") == "1"
     assert len(model.requests) == 1

@@ -24,7 +24,8 @@ def test_file_tools_run_in_the_browser(page: Any, web: Any, worker: Any, model: 
         {"id": "w", "name": "write", "arguments": {"path": "/notes/a.md",
                                                   "content": "# Notes\nbuy milk\nbuy bread\n"}}]})
     model.add_rule({"last_tool_result_contains": "wrote"}, {"tool_calls": [
-        {"id": "r", "name": "read", "arguments": {"path": "notes/./a.md", "offset": 1, "limit": 1}}]})
+        {"id": "r", "name": "read",
+         "arguments": {"path": "notes/./a.md", "offset": 1, "limit": 1}}]})
     model.add_rule({"last_tool_result_contains": "2\tbuy milk"}, {"tool_calls": [
         {"id": "e", "name": "edit", "arguments": {"path": "/notes/a.md", "old_string": "buy",
                                                  "new_string": "get"}}]})
@@ -104,7 +105,8 @@ def test_approved_script_runs_sandboxed(page: Any, web: Any, worker: Any, model:
       await rtcAgent.fs.write('/data.txt', 'a\\nb');
       console.log('lines', (await rtcAgent.fs.read('/data.txt')).split('\\n').length);
       const blocked = {};
-      try { await fetch('/api/auth/me/'); blocked.fetch = false; } catch (e) { blocked.fetch = true; }
+      try { await fetch('/api/auth/me/'); blocked.fetch = false; }
+      catch (e) { blocked.fetch = true; }
       try { document.cookie; blocked.cookie = false; } catch (e) { blocked.cookie = true; }
       try { parent.document; blocked.parent = false; } catch (e) { blocked.parent = true; }
       blocked.host = await rtcAgent.callFunction('double', {n: params.n});
@@ -136,9 +138,31 @@ def test_endless_script_is_stopped_by_the_time_limit(page: Any, web: Any, worker
     result = page.evaluate("""async () => {
         const { runScript } = await import('/static/rtc-agent/lib/sandbox.js');
         let ticks = 0; const t = setInterval(() => ticks++, 50);
-        const out = await runScript({ code: 'while (true) {}', timeoutMs: 1500, handleCall: () => null });
+        const out = await runScript({ code: 'while (true) {}', timeoutMs: 1500,
+                                      handleCall: () => null });
         clearInterval(t);
         return { out, ticks, frames: document.querySelectorAll('iframe').length };
     }""")
     assert result["out"]["error"].startswith("script stopped: time limit")
     assert result["ticks"] > 10 and result["frames"] == 0
+
+
+def test_ask_user_questions_are_answered(page: Any, web: Any, worker: Any, model: Any,
+                                         web_user: Any) -> None:
+    questions = [{"question": "Which colour?", "header": "Colour", "options": [
+        {"label": "Red", "description": "warm"}, {"label": "Blue"}]},
+        {"question": "Which size?", "header": "Size", "options": [{"label": "S"}, {"label": "M"}]}]
+    model.add_rule({"last_user_contains": "choose"}, {"tool_calls": [
+        {"name": "askUser", "arguments": {"questions": questions}}]})
+    model.add_rule({"last_role": "tool"}, {"content": "Thanks."})
+    login(page, web_user)
+    send(page, "choose for me")
+    ask = page.locator("rtc-ask-user")
+    ask.locator("fieldset[data-q='0'] input[value='1']").check(timeout=20000)
+    ask.locator("fieldset[data-q='1'] input[value=other]").check()
+    ask.locator("input[name=other1]").fill("XL")
+    ask.locator("[data-act=answer]").click()
+    expect(page.locator("rtc-message-list .md").last).to_have_text("Thanks.", timeout=20000)
+    assert json.loads(_tool_results(model)[0]) == [
+        {"question": "Which colour?", "answer": ["Blue"]},
+        {"question": "Which size?", "answer": ["XL"]}]

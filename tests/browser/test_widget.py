@@ -66,3 +66,23 @@ def test_chunks_are_shown_before_the_final_message(page: Any, web: Any, worker: 
     seen = page.evaluate("window.__seen")
     partial = {s.strip(" ▍") for s in seen if s and "eight" not in s}
     assert len(partial) >= 3, seen  # the answer grew chunk by chunk
+
+
+def test_reload_recovers_the_topic_from_the_stored_position(page: Any, web: Any, worker: Any,
+                                                            model: Any, web_user: Any) -> None:
+    model.add_rule({"last_user_contains": "first"}, {"content": "First answer."})
+    login(page, web_user)
+    send(page, "first question")
+    expect(page.locator("rtc-message-list .md").last).to_have_text("First answer.", timeout=20000)
+    page.wait_for_timeout(400)  # the snapshot is saved at most 150 ms after a change
+    frames: list[str] = []
+    page.on("websocket", lambda ws: (ws.on("framesent", lambda f: frames.append(">" + f)),
+                                     ws.on("framereceived", lambda f: frames.append("<" + f))))
+    page.reload()
+    expect(page.locator("rtc-agent .conn")).to_have_text("connected", timeout=15000)
+    expect(page.locator("rtc-message-list .md").last).to_have_text("First answer.")
+    page.wait_for_timeout(300)
+    connect = next(f for f in frames if '"connect"' in f)
+    assert '"recover":true' in connect and '"epoch"' in connect
+    assert any('"recovered":true' in f for f in frames if f.startswith("<"))
+    assert not any("v1.session.list" in f for f in frames)  # no full reload was needed

@@ -52,7 +52,7 @@ export class Connection {
     client.on('connecting', () => state('connecting'));
     client.on('connected', () => state('connected'));
     client.on('disconnected', () => state('disconnected'));
-    client.on('subscribed', (ctx) => this.handlers.onSubscribed(ctx));
+    client.on('subscribed', (ctx) => { if (ctx.channel === topic) this.handlers.onSubscribed(ctx); });
     client.on('publication', (ctx) => {
       if (ctx.channel === topic) this.handlers.onTopic(ctx);
       else this.handlers.onLive(ctx);

@@ -12,6 +12,7 @@ export class Sync {
     this.onRtc = onRtc;
     this.position = null;
     this._timer = null;
+    addEventListener('pagehide', () => { if (this._timer) this.persist(); });
   }
 
   async restore() {
@@ -24,9 +25,10 @@ export class Sync {
     return snap.position;
   }
 
+  // Throttled (not debounced): a steady stream of publications still gets saved every 150 ms.
   persistSoon() {
-    clearTimeout(this._timer);
-    this._timer = setTimeout(() => this.persist(), 200);
+    if (this._timer) return;
+    this._timer = setTimeout(() => { this._timer = null; this.persist(); }, 150);
   }
 
   async persist() {
