@@ -15,10 +15,7 @@ import logging
 import uuid
 from typing import Any
 
-from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
-
-from rtcagent import keys
+from rtcagent import keys, layer
 
 from . import stream
 
@@ -47,15 +44,9 @@ def publish_update(
     return update
 
 
-async def apublish_live(user_id: int, data: dict[str, Any]) -> None:
-    await get_channel_layer().group_send(
-        keys.live_group(user_id), {"type": "live.publication", "data": data}
-    )
-
-
 def publish_live(user_id: int, data: dict[str, Any]) -> None:
     """Best-effort publication on ``live:u=<user_id>`` (dropped when nobody listens)."""
     try:
-        async_to_sync(apublish_live)(user_id, data)
+        layer.group_send(keys.live_group(user_id), {"type": "live.publication", "data": data})
     except Exception:
         log.exception("live publication failed for user %s", user_id)

@@ -26,11 +26,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
 from django.db import IntegrityError, transaction
 
-from rtcagent import keys
+from rtcagent import keys, layer
 from rtcagent.conf import rtc_setting
 from rtcagent.redis import get_redis
 
@@ -122,7 +120,7 @@ def store(user_id: int, data: dict[str, Any]) -> TopicEvent:
 def ring(event: TopicEvent) -> None:
     """After commit: tell the user's connections, then drop the offset from the pending set."""
     try:
-        async_to_sync(get_channel_layer().group_send)(
+        layer.group_send(
             keys.topic_group(event.user_id),
             {
                 "type": "topic.publication",
