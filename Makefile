@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 PORT   ?= 8000
 export PORT
 
-.PHONY: run test lint install vendor check-deploy clean
+.PHONY: run demo test lint install vendor check-deploy clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,13 @@ vendor:
 
 run: install vendor
 	$(BIN)/python -m rtcagent.devrun
+
+## The widget against the project's scripted model (no provider account needed).
+demo: install vendor
+	$(BIN)/python -m rtcagent.devtools.scripted_llm --port 8765 --script docs/examples/demo-script.json & \
+	  trap "kill $$!" EXIT; \
+	  OPENAI_API_KEY=demo OPENAI_BASE_URL=http://127.0.0.1:8765/v1 RTC_MODEL=scripted-model \
+	  $(BIN)/python -m rtcagent.devrun
 
 test: install vendor
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
