@@ -1,6 +1,6 @@
 """The browser tools offered to the model, their classes, and the work-mode approval table.
 
-Schemas follow protocol.md §6 (OpenAI function-calling format). Host pages may register more
+Schemas follow protocol.md §6 (OpenAI function-calling format). Host pages register more
 functions (class ``read``, ``write`` or ``script``) through the widget; they are offered the same
 way. Deadlines: 5 minutes, 30 for ``askUser`` (a person answers it).
 """
@@ -8,6 +8,7 @@ way. Deadlines: 5 minutes, 30 for ``askUser`` (a person answers it).
 from __future__ import annotations
 
 import json
+import re
 from datetime import timedelta
 from typing import Any
 
@@ -116,3 +117,46 @@ def output_for_model(status: str, result: Any, error: str) -> str:
     if status == "rejected":
         return f"[Tool Rejected] {error}".rstrip()
     return "[Tool Pending]"
+
+
+HOST_FUNCTIONS_MAX = 32
+_NAME = re.compile(r"^[A-Za-z_][\w-]{0,63}$")
+
+
+def validate_host_functions(value: Any) -> list[dict[str, Any]]:
+    """Check the page's functions (``[{name, description, parameters, class}]``); raise
+    ``ValueError`` naming the problem. Names may not shadow a built-in tool."""
+    if not isinstance(value, list) or len(value) > HOST_FUNCTIONS_MAX:
+        raise ValueError(f"must be a list of at most {HOST_FUNCTIONS_MAX} functions")
+    out, seen = [], set()
+    for fn in value:
+        if not isinstance(fn, dict):
+            raise ValueError("each function must be an object")
+        name = fn.get("name")
+        if not isinstance(name, str) or not _NAME.match(name):
+            raise ValueError(f"invalid function name {name!r}")
+        if name in BROWSER_TOOLS or name in seen:
+            raise ValueError(f"function name {name!r} is taken")
+        klass = fn.get("class", SCRIPT)
+        if klass not in (READ, WRITE, SCRIPT):
+            raise ValueError(f"{name}: class must be read, write or script")
+        params = fn.get("parameters") or {"type": "object", "properties": {}}
+        if not isinstance(params, dict) or len(json.dumps(params)) > 8000:
+            raise ValueError(f"{name}: parameters must be a JSON Schema object under 8 KB")
+        description = fn.get("description", "")
+        if not isinstance(description, str) or len(description) > 2000:
+            raise ValueError(f"{name}: description must be a string under 2000 characters")
+        seen.add(name)
+        out.append({"name": name, "description": description, "parameters": params,
+                    "class": klass})
+    return out
+
+
+def host_schemas(functions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The page's functions in the model's tool format."""
+    return [
+        {"type": "function", "function": {
+            "name": fn["name"], "description": fn["description"] or f"Host function {fn['name']}",
+            "parameters": fn["parameters"]}}
+        for fn in functions
+    ]

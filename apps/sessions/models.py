@@ -56,6 +56,9 @@ class Session(models.Model):
     device_id = models.CharField(max_length=128, blank=True, default="")
     agent_prompt = models.TextField(blank=True, default="")
     todo_list = models.JSONField(default=list, blank=True)
+    # Functions of the embedding page ({name, description, parameters, class}), offered to the
+    # model next to the built-in browser tools; refreshed by every message.send that names them.
+    host_functions = models.JSONField(default=list, blank=True)
 
     # Sub-agent lineage: all empty for a root session.
     parent_session = models.ForeignKey(

@@ -165,6 +165,7 @@ class _SendParams(serializers.Serializer):
         required=False, allow_null=True, allow_blank=True, max_length=20000, trim_whitespace=False
     )
     work_mode = serializers.ChoiceField(choices=WorkMode.choices, required=False, allow_null=True)
+    host_functions = serializers.JSONField(required=False, allow_null=True)
 
     def to_internal_value(self, data: Any) -> Any:
         if isinstance(data, dict) and data.get("server_session_id") == "":
@@ -185,6 +186,7 @@ def message_send(ctx: RpcContext, params: dict[str, Any]) -> dict[str, Any]:
         server_session_id=p.get("server_session_id"),
         agent_prompt=p.get("agent_prompt"),
         work_mode=p.get("work_mode"),
+        host_functions=p.get("host_functions"),
     )
     result = {
         "session_id": str(sent.session.id),

@@ -350,6 +350,7 @@ def message_send(
     server_session_id: uuid.UUID | str | None = None,
     agent_prompt: str | None = None,
     work_mode: str | None = None,
+    host_functions: list[dict[str, Any]] | None = None,
 ) -> MessageSent:
     """Add a user message (creating the session when ``server_session_id`` is empty).
 
@@ -367,6 +368,13 @@ def message_send(
         raise InvalidRequest("client_id: the 'turn:' prefix is reserved for the server")
     if work_mode is not None and work_mode not in WorkMode.values:
         raise InvalidRequest(f"work_mode: {work_mode!r} is not a work mode")
+    if host_functions is not None:
+        from apps.rtc.tools import validate_host_functions
+
+        try:
+            host_functions = validate_host_functions(host_functions)
+        except ValueError as exc:
+            raise InvalidRequest(f"host_functions: {exc}") from None
     with transaction.atomic():
         created = not server_session_id
         if created:
@@ -374,7 +382,7 @@ def message_send(
                 user_id=user_id, client_session_id=client_session_id,
                 title=_title_from(content), device_id=device_id,
                 agent_prompt=agent_prompt or "", work_mode=work_mode or WorkMode.EDIT,
-                status=SessionStatus.IDLE,
+                status=SessionStatus.IDLE, host_functions=host_functions or [],
             )
         else:
             session = session_get(user_id=user_id, session_id=server_session_id)
@@ -387,6 +395,8 @@ def message_send(
                 changes["agent_prompt"] = agent_prompt
             if work_mode is not None:
                 changes["work_mode"] = work_mode
+            if host_functions is not None:
+                changes["host_functions"] = host_functions
             Session.objects.filter(pk=session.pk).update(**changes)
         offset = session_allocate_offsets(session_id=session.id)
         message = Message(

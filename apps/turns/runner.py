@@ -139,7 +139,7 @@ class DjangoTurnPorts:
         return sorted((m for m in rows if key(m) <= mine), key=key)
 
     def tools(self) -> list[dict[str, Any]]:
-        return rtc_tools.schemas()
+        return rtc_tools.schemas() + rtc_tools.host_schemas(self.session.host_functions)
 
     def should_cancel(self) -> bool:
         now = time.monotonic()
@@ -294,7 +294,9 @@ class DjangoTurnPorts:
                 offset=Rtc.objects.filter(turn_id=self.turn.id).count(),
                 message=input_msg,
                 status=RtcStatus.PENDING,
-                needs_approval=rtc_tools.needs_approval(call["name"], session.work_mode),
+                needs_approval=rtc_tools.needs_approval(
+                    call["name"], session.work_mode, klass=self._host_class(call["name"])
+                ),
                 deadline=timezone.now() + rtc_tools.deadline_for(call["name"]),
             )
             publish_update(
@@ -303,6 +305,9 @@ class DjangoTurnPorts:
                 data_list=[rtc_to_dict(rtc)],
             )
             return str(rtc.id)
+
+    def _host_class(self, name: str) -> str | None:
+        return next((f["class"] for f in self.session.host_functions if f["name"] == name), None)
 
     def rtc_outcome(self, rtc_id: str) -> RtcOutcome:
         rtc = Rtc.objects.get(pk=rtc_id)

@@ -166,3 +166,22 @@ def test_ask_user_questions_are_answered(page: Any, web: Any, worker: Any, model
     assert json.loads(_tool_results(model)[0]) == [
         {"question": "Which colour?", "answer": ["Blue"]},
         {"question": "Which size?", "answer": ["XL"]}]
+
+
+def test_host_functions_are_offered_to_the_model_and_run_in_the_page(
+    page: Any, web: Any, worker: Any, model: Any, web_user: Any
+) -> None:
+    model.add_rule({"last_user_contains": "title", "tool_offered": "pageTitle"},
+                   {"tool_calls": [{"name": "pageTitle", "arguments": {"upper": True}}]})
+    model.add_rule({"last_role": "tool"}, {"content": "got the title"})
+    login(page, web_user)
+    page.evaluate("""rtcAgent.registerFunction({name: 'pageTitle', description: 'The page title',
+        parameters: {type: 'object', properties: {upper: {type: 'boolean'}}},
+        class: 'read',
+        handler: ({upper}) => upper ? document.title.toUpperCase() : document.title})""")
+    title = page.evaluate("document.title")
+    send(page, "what is the title?")
+    expect(page.locator("rtc-message-list .md").last).to_have_text("got the title", timeout=20000)
+    offered = {t["function"]["name"]: t["function"] for t in model.requests[0].body["tools"]}
+    assert offered["pageTitle"]["description"] == "The page title"
+    assert _tool_results(model) == [title.upper()]  # class read: no approval in edit mode

@@ -275,3 +275,24 @@ async def test_model_failures_become_error_messages(
             assert partial["streaming_status"] == "failed"
             assert "partial answer that breaks".startswith(partial["content"]["data"])
     assert len(model.requests) == attempts
+
+
+async def test_host_functions_are_offered_with_their_approval_class(
+    gateway, pool, model, make_user
+) -> None:
+    model.add_rule({"last_user_contains": "pay", "tool_offered": "payInvoice"},
+                   {"tool_calls": [{"name": "payInvoice", "arguments": {"id": 7}}]})
+    user = await sync_to_async(make_user)()
+    functions = [{"name": "payInvoice", "description": "Pay an invoice", "class": "write",
+                  "parameters": {"type": "object", "properties": {"id": {"type": "integer"}}}}]
+    async with Browser(gateway, user) as tab:
+        with pytest.raises(ReplyError) as err:
+            await tab.send("pay", host_functions=[{"name": "read", "class": "read"}])
+        assert err.value.message.startswith("invalid_request: host_functions:")
+        sid = (await tab.send("pay it", work_mode="manual",
+                              host_functions=functions))["result"]["session_id"]
+        rtc = await tab.pending_rtc(sid)
+        assert (rtc["tool_name"], rtc["parameters"], rtc["needs_approval"]) == (
+            "payInvoice", {"id": 7}, True)
+    offered = {t["function"]["name"] for t in model.requests[0].body["tools"]}
+    assert "payInvoice" in offered and "read" in offered

@@ -135,6 +135,9 @@ export class Agent {
         client_session_id: pending.client_session_id,
         server_session_id: pending.session || '',
         work_mode: s.workMode,
+        // The page's registered functions are offered to the model as tools of their own.
+        host_functions: [...functions.values()].map(({ name, description, parameters, class: klass }) =>
+          ({ name, description, parameters, class: klass })),
       });
       s.sending = null;
       await this.selectSession(res.result.session_id);
