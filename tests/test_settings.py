@@ -15,7 +15,8 @@ from tests.livesrv import ROOT, child_env
 
 def _manage(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     base = child_env()
-    for name in ("DJANGO_SECRET_KEY", "DJANGO_ALLOWED_HOSTS", "REDIS_URL", "DJANGO_DEBUG"):
+    for name in ("DJANGO_SECRET_KEY", "DJANGO_ALLOWED_HOSTS", "REDIS_URL", "DJANGO_DEBUG",
+                 "DJANGO_ALLOW_ASYNC_UNSAFE"):
         base.pop(name, None)
     base.update(env)
     return subprocess.run(
