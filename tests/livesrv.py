@@ -35,6 +35,7 @@ def test_database_url() -> str:
 def child_env(**extra: str) -> dict[str, str]:
     """Environment for a child process sharing this test run's database, Redis and keys."""
     env = dict(os.environ)
+    env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)  # set for Playwright in the test process only
     env.update(
         DATABASE_URL=test_database_url(),
         REDIS_URL=settings.REDIS_URL,
