@@ -194,3 +194,21 @@ def message_send(ctx: RpcContext, params: dict[str, Any]) -> dict[str, Any]:
         "message_id": str(sent.message.id),
     }
     return {"result": result, "updates": sent.updates}
+
+
+class _CompactParams(_SessionParams):
+    custom_instruction = serializers.CharField(
+        required=False, allow_blank=True, allow_null=True, max_length=4000
+    )
+
+
+@rpc("v1.session.compact")
+def session_compact(ctx: RpcContext, params: dict[str, Any]) -> dict[str, Any]:
+    """Queue a compaction of the session's context: ``{success, queued}``, ``updates`` empty
+    (the ``summary`` message arrives on the topic when the worker has written it)."""
+    from apps.turns.compaction import request_compaction
+
+    p = validate(_CompactParams, params)
+    session = selectors.session_get(user_id=ctx.user_id, session_id=p["session_id"])
+    queued = request_compaction(session, p.get("custom_instruction") or "")
+    return {"result": {"success": True, "queued": queued}, "updates": []}

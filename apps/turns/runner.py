@@ -52,6 +52,33 @@ def _call_key(call_id: str) -> str:
     return "h" + hashlib.sha256(call_id.encode()).hexdigest()[:40]
 
 
+def conversation_for(session: Session, turn: Turn | None = None) -> list[dict[str, Any]]:
+    """The conversation before ``turn`` (with its trigger message), or the whole session.
+
+    Messages sent while an earlier turn ran have lower offsets than that turn's answers, so the
+    order is by the offset of each turn's trigger message, then by position in the turn. It
+    starts at the latest ``summary`` (a compaction replaces what came before it).
+    """
+    rows = list(Message.objects.filter(session_id=session.id, deleted_at__isnull=True))
+    starts = dict(
+        Turn.objects.filter(session_id=session.id)
+        .exclude(trigger_message=None)
+        .values_list("id", "trigger_message__global_offset")
+    )
+
+    def key(m: Message) -> tuple[int, int]:
+        return (starts.get(m.turn_id, m.global_offset), m.turn_offset if m.turn_id else 0)
+
+    trigger = turn.trigger_message if turn is not None else None
+    chosen = sorted(
+        (m for m in rows if trigger is None or key(m) <= key(trigger)), key=key
+    )
+    summaries = [i for i, m in enumerate(chosen) if m.content.get("type") == ContentType.SUMMARY]
+    if summaries:
+        chosen = chosen[summaries[-1]:]
+    return _conversation(chosen)
+
+
 def _conversation(messages: list[Message]) -> list[dict[str, Any]]:
     """Chat Completions messages for stored rows; tool calls only with their results."""
     outputs = {
@@ -62,7 +89,10 @@ def _conversation(messages: list[Message]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for m in messages:
         kind, data = m.content.get("type"), m.content.get("data")
-        if m.role == MessageRole.USER:
+        if kind == ContentType.SUMMARY:
+            text = "\n\n".join(str(part.get("content", "")) for part in data or [])
+            out.append({"role": "system", "content": f"Summary of the conversation:\n{text}"})
+        elif m.role == MessageRole.USER:
             text = data.get("text", "") if isinstance(data, dict) else str(data)
             out.append({"role": "user", "content": text})
         elif kind == ContentType.MARKDOWN and data:
@@ -117,26 +147,7 @@ class DjangoTurnPorts:
         prompt = SYSTEM_PROMPT + f"\nWork mode: {self.session.work_mode}."
         if self.session.agent_prompt:
             prompt += "\n\n" + self.session.agent_prompt
-        return [{"role": "system", "content": prompt}, *_conversation(self._earlier())]
-
-    def _earlier(self) -> list[Message]:
-        """The conversation before this turn, in conversation order, plus its trigger message.
-
-        Messages sent while an earlier turn ran have lower offsets than that turn's answers, so
-        the order is by the offset of each turn's trigger message, then by position in the turn.
-        """
-        rows = list(Message.objects.filter(session_id=self.session.id, deleted_at__isnull=True))
-        starts = dict(
-            Turn.objects.filter(session_id=self.session.id)
-            .exclude(trigger_message=None)
-            .values_list("id", "trigger_message__global_offset")
-        )
-
-        def key(m: Message) -> tuple[int, int]:
-            return (starts.get(m.turn_id, m.global_offset), m.turn_offset if m.turn_id else 0)
-
-        mine = key(self.turn.trigger_message) if self.turn.trigger_message else (10**9, 0)
-        return sorted((m for m in rows if key(m) <= mine), key=key)
+        return [{"role": "system", "content": prompt}, *conversation_for(self.session, self.turn)]
 
     def tools(self) -> list[dict[str, Any]]:
         return rtc_tools.schemas() + rtc_tools.host_schemas(self.session.host_functions)

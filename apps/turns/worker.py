@@ -98,6 +98,10 @@ class Worker:
     def handle(self, session_id: str, work: dict[str, Any]) -> None:
         if work.get("kind") == "message":
             self.start_turn(session_id, work)
+        elif work.get("kind") == "compact":
+            from apps.turns.compaction import compact
+
+            compact(session_id, str(work.get("instruction") or ""), self.llm_factory())
         elif work.get("kind") == "resume":
             turn = Turn.objects.filter(pk=work.get("turn_id")).first()
             if turn is None or turn.status in TERMINAL_TURN_STATUSES:

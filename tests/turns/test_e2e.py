@@ -296,3 +296,34 @@ async def test_host_functions_are_offered_with_their_approval_class(
             "payInvoice", {"id": 7}, True)
     offered = {t["function"]["name"] for t in model.requests[0].body["tools"]}
     assert "payInvoice" in offered and "read" in offered
+
+
+async def test_compaction_replaces_the_earlier_conversation(gateway, pool, model, make_user):
+    model.add_rule({"last_user_contains": "Use these sections"},
+                   {"content": "The user greeted twice; nothing pending.", "chunk_delay": 0.05})
+    model.add_rule({"last_role": "user"}, {"content": "noted"})
+    user = await sync_to_async(make_user)()
+    async with Browser(gateway, user) as tab:
+        sid = (await tab.send("first hello"))["result"]["session_id"]
+        await tab.turn_status(sid, "completed")
+        await tab.send("second hello", session_id=sid)
+        await tab.until(lambda: len([t for t in tab.turns(sid) if t["status"] == "completed"]) == 2)
+        reply = await tab.rpc("v1.session.compact", {"session_id": sid,
+                                                      "custom_instruction": "Keep names."})
+        again = await tab.rpc("v1.session.compact", {"session_id": sid})
+        assert reply == {"result": {"success": True, "queued": True}, "updates": []}
+        assert again["result"]["queued"] is False  # one compaction at a time
+        (summary,) = await tab.until(lambda: tab.messages(sid, "summary"))
+        assert summary["content"]["data"][0]["content"] == (
+            "The user greeted twice; nothing pending.")
+        await tab.send("third hello", session_id=sid)
+        await tab.until(lambda: len([t for t in tab.turns(sid) if t["status"] == "completed"]) == 3)
+    asked = model.requests[2].body["messages"]
+    assert asked[-1]["content"].startswith("Summarize the conversation so far")
+    assert "Also: Keep names." in asked[-1]["content"]
+    assert len(model.requests) == 4  # the second compact request did not run
+    last = model.requests[-1].body["messages"]
+    assert [m["role"] for m in last] == ["system", "system", "user"]
+    assert last[1]["content"].endswith("The user greeted twice; nothing pending.")
+    assert last[2] == {"role": "user", "content": "third hello"}
+    assert not any("first hello" in str(m.get("content")) for m in last)
