@@ -165,6 +165,7 @@ export class Agent {
   rename(id, title) { return this.act('v1.session.update', { session_id: id, title }); }
   archive(id) { return this.act('v1.session.close', { session_id: id, client_id: uuid() }); }
   unarchive(id) { return this.act('v1.session.open', { session_id: id }); }
+  compact(id) { return this.act('v1.session.compact', { session_id: id }); }
 
   async remove(id) {
     await this.act('v1.session.update', { session_id: id, deleted_at: new Date().toISOString() });

@@ -48,7 +48,13 @@ class MessageList extends View {
     const sid = state.currentSession;
     const store = this.agent.store;
     const items = sid ? store.sessionMessages(sid) : [];
-    const rtcs = new Map((sid ? store.sessionRtcs(sid) : []).map((r) => [r.tool_call_id, r]));
+    // A tool call id is unique within a turn only (many models number them call_0, call_1 ...
+    // in every answer): an RTC is found by its toolcall_input message, else by turn + id.
+    const rtcs = new Map();
+    for (const r of sid ? store.sessionRtcs(sid) : []) {
+      if (r.message_id) rtcs.set(r.message_id, r);
+      rtcs.set(`${r.turn_id}/${r.tool_call_id}`, r);
+    }
     const atBottom = this.scrollHeight - this.scrollTop - this.clientHeight < 40;
     const wanted = [];
     for (const m of items) {
@@ -85,9 +91,13 @@ class MessageList extends View {
     switch (type) {
       case 'user_message':
         return `<div class="user"><button class="fork" data-fork="${esc(m.id)}" title="Edit and fork from here">Fork</button>${esc((data && data.text) || '')}</div>`;
+      case 'summary': {  // a compaction: [{title, content}], collapsed
+        const parts = Array.isArray(data) ? data : [];
+        return `<details class="summary muted"><summary>${esc((parts[0] && parts[0].title) || 'Summary')}</summary>`
+          + `<div class="md">${this.markdown(m.id, parts.map((p) => String(p.content || '')).join('\n\n'))}</div></details>`;
+      }
       case 'markdown':
-      case 'text':
-      case 'summary': {
+      case 'text': {
         const text = live ?? (typeof data === 'string' ? data : (data && data.text) || '');
         if (!text && m.streaming_status !== 'streaming') return '';
         return `<div class="md" part="answer">${this.markdown(m.id, text)}${m.streaming_status === 'streaming' ? '<span class="muted"> ▍</span>' : ''}</div>`;
@@ -96,7 +106,7 @@ class MessageList extends View {
         const text = live ?? (data || '');
         return text ? `<details class="thinking"><summary>Thinking</summary><div>${esc(text)}</div></details>` : '';
       }
-      case 'toolcall_input': return this.renderTool(data || {}, rtcs.get(data && data.id), state);
+      case 'toolcall_input': return this.renderTool(data || {}, rtcs.get(m.id) || rtcs.get(`${m.turn_id}/${data && data.id}`), state);
       case 'toolcall_output':
         return `<details class="muted"><summary>Result of ${esc(data.name || 'tool')}</summary><div class="out">${esc(data.output)}</div></details>`;
       case 'error':

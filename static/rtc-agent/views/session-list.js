@@ -1,5 +1,5 @@
-// <rtc-session-list>: the user's sessions with new, rename, fork-less actions (archive via
-// close/open, soft delete) and the token-usage ring of each session.
+// <rtc-session-list>: the user's sessions with new, rename, compact, archive (close/open) and
+// soft delete and the token-usage ring of each session.
 import { View, esc } from './base.js';
 
 class SessionList extends View {
@@ -32,6 +32,7 @@ class SessionList extends View {
           <div class="muted">${esc(s.status)}${s.status === 'active' ? ' · working…' : ''}</div>
           <div class="acts">
             <button data-act="rename">Rename</button>
+            <button data-act="compact" title="Summarize the conversation so far to free context">Compact</button>
             ${s.status === 'closed' ? '<button data-act="open">Unarchive</button>' : '<button data-act="close">Archive</button>'}
             <button data-act="delete" class="danger">Delete</button>
           </div>
@@ -50,7 +51,8 @@ class SessionList extends View {
     if (act === 'rename') {
       const title = prompt('Rename session', s.title || '');
       if (title !== null) this.agent.rename(id, title);
-    } else if (act === 'close') this.agent.archive(id);
+    } else if (act === 'compact') this.agent.compact(id);
+    else if (act === 'close') this.agent.archive(id);
     else if (act === 'open') this.agent.unarchive(id);
     else if (act === 'delete' && confirm(`Delete "${s.title || 'Untitled'}"?`)) this.agent.remove(id);
   }
