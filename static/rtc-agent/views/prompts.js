@@ -60,6 +60,9 @@ class Approval extends View {
       <input class="grow" name="reason" placeholder="Reason (optional)"><button class="danger" data-act="reject">Reject</button></div>`;
     this.root.querySelector('[data-act=approve]').onclick = () => prompt.resolve({ approved: true });
     this.root.querySelector('[data-act=reject]').onclick = () => prompt.resolve({ approved: false, reason: this.root.querySelector('[name=reason]').value.trim() });
+    // The preview is built asynchronously, after the message list scrolled to its end: bring
+    // the buttons into view, or the turn waits on a question the person cannot see.
+    this.root.querySelector('[data-act=reject]').scrollIntoView({ block: 'nearest' });
   }
 }
 
