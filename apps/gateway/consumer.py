@@ -236,6 +236,9 @@ class GatewayConsumer(AsyncWebsocketConsumer):
         if identity.user_id != self.identity.user_id:
             await self.disconnect_with(P.DISCONNECT_INVALID_TOKEN, "token of another user")
             return
+        if not await database_sync_to_async(user_is_active)(identity.user_id):
+            await self.disconnect_with(P.DISCONNECT_INVALID_TOKEN)
+            return
         self.identity = identity
         await self.send_objs(
             P.reply(cmd.id, "refresh", {"client": self.client_id, **self._expiry_fields()})

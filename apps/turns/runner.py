@@ -401,7 +401,9 @@ def publish_turn(turn: Turn) -> None:
     Session.objects.filter(pk=turn.session_id).exclude(
         status__in=[SessionStatus.CLOSED, status]
     ).update(status=status, updated_at=timezone.now())
-    session = Session.objects.get(pk=turn.session_id)
+    # Locked until commit: a concurrent session.update waits, so its (newer) snapshot gets the
+    # later offset and clients never end on an older session state.
+    session = Session.objects.select_for_update().get(pk=turn.session_id)
     publish_update(
         user_id=turn.user_id,
         items=[item("turn", "updated", turn.id), item("session", "updated", session.id)],

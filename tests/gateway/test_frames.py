@@ -214,3 +214,25 @@ async def test_history_with_a_bad_position_is_answered(gateway, make_user) -> No
     (reply,) = await _recv_lines(ws)
     assert reply["error"]["code"] == 112
     await ws.close()
+
+
+async def test_refresh_of_a_deactivated_user_closes_3500(gateway, make_user) -> None:
+    user = await sync_to_async(make_user)()
+    ws = await _connected(gateway.ws_url, issue_access_token(user))
+    await ws.send(json.dumps({"id": 2, "refresh": {"token": issue_access_token(user)}}))
+    (reply,) = await _recv_lines(ws)
+    assert reply["refresh"]["expires"] is True and reply["refresh"]["client"]
+    user.is_active = False
+    await sync_to_async(user.save)()
+    await ws.send(json.dumps({"id": 3, "refresh": {"token": issue_access_token(user)}}))
+    code, _ = await _closed_with(ws)
+    assert code == 3500
+
+
+async def test_refresh_with_another_users_token_closes_3500(gateway, make_user) -> None:
+    user, other = await sync_to_async(make_user)(), await sync_to_async(make_user)()
+    ws = await _connected(gateway.ws_url, issue_access_token(user))
+    await ws.send(json.dumps({"id": 2, "refresh": {"token": issue_access_token(other)}}))
+    code, pushes = await _closed_with(ws)
+    assert code == 3500
+    assert pushes[-1]["push"]["disconnect"]["reason"] == "token of another user"
