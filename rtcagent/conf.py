@@ -19,6 +19,7 @@ DEFAULTS: dict[str, Any] = {
     "REORDER_WAIT": 1.0,  # how long a hole on the live path may stay before the DB is asked
     "GAP_GRACE": 2.0,  # an allocated offset older than this with no row is a rolled-back one
     "HISTORY_MAX_LIMIT": 1000,
+    "TOPIC_RETENTION_HOURS": 72.0,  # older publications are pruned (clients that far behind reload)
     # RPC paging
     "PAGE_MAX": 200,
     # Remote tool calls

@@ -277,6 +277,7 @@ RTCAGENT = {
     "MAX_FRAME_BYTES": env.int("RTC_MAX_FRAME_BYTES", default=1024 * 1024),
     "REORDER_WAIT": env.float("RTC_REORDER_WAIT", default=1.0),
     "GAP_GRACE": env.float("RTC_GAP_GRACE", default=2.0),
+    "TOPIC_RETENTION_HOURS": env.float("RTC_TOPIC_RETENTION_HOURS", default=72.0),
     "DEADLINE_SECONDS": env.float("RTC_DEADLINE_SECONDS", default=300.0),
     "ASK_DEADLINE_SECONDS": env.float("RTC_ASK_DEADLINE_SECONDS", default=1800.0),
     "WORKER_LEASE_MS": env.int("RTC_WORKER_LEASE_MS", default=30_000),

@@ -180,3 +180,24 @@ def fill_all_gaps() -> int:
     for uid in get_redis().smembers(keys.topic_pending_users()):
         total += fill_gaps(int(uid))
     return total
+
+
+def prune(*, older_than: float, batch: int = 5000) -> int:
+    """Delete topic rows older than ``older_than`` seconds; returns how many.
+
+    A client whose position falls in the pruned range gets ``recovered: false`` and reloads
+    (``recovery.topic_start`` checks the rows are all there).
+    """
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    cutoff = timezone.now() - timedelta(seconds=older_than)
+    total = 0
+    while True:
+        ids = list(
+            TopicEvent.objects.filter(created_at__lt=cutoff).values_list("id", flat=True)[:batch]
+        )
+        if not ids:
+            return total
+        total += TopicEvent.objects.filter(id__in=ids).delete()[0]

@@ -46,6 +46,7 @@ class Worker:
         self.lease_ms = lease_ms or int(rtc_setting("WORKER_LEASE_MS"))
         self.max_items = max_items
         self.stopping = threading.Event()
+        self._pruned_at = 0.0
 
     # --- main loop --------------------------------------------------------------------------
 
@@ -178,6 +179,9 @@ class Worker:
             stream.fill_all_gaps()
             expire_rtcs()
             self.resume_orphans()
+            if time.monotonic() - self._pruned_at > 600:  # every 10 minutes
+                self._pruned_at = time.monotonic()
+                stream.prune(older_than=float(rtc_setting("TOPIC_RETENTION_HOURS")) * 3600)
         except Exception:
             log.exception("sweep failed")
 
