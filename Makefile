@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 PORT   ?= 8000
 export PORT
 
-.PHONY: run demo test lint install vendor check-deploy clean
+.PHONY: run demo test lint install vendor system-deps browser-deps check-deploy clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -17,8 +17,22 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt | $(BIN)/python
 
 install: $(VENV)/.installed
 
+## Debian packages: npm for vendoring the widget's libraries, chromium for the browser tests.
+APT_NEED = missing=""; for c in $(1); do command -v $$c >/dev/null || missing="$$missing $$c"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then export DEBIAN_FRONTEND=noninteractive; \
+	    apt-get update -q && apt-get install -y -q $$missing; \
+	  else echo "Please install:$$missing  (sudo apt-get install$$missing)" >&2; exit 1; fi; \
+	fi
+
+system-deps:
+	@$(call APT_NEED,npm)
+
+browser-deps:
+	@$(call APT_NEED,chromium)
+
 ## Vendored browser libraries for the widget (npm registry, pinned in package-lock.json).
-vendor:
+vendor: system-deps
 	@if [ -f package.json ]; then ./scripts/vendor.sh; fi
 
 run: install vendor
@@ -33,7 +47,7 @@ demo: install vendor
 
 # Two runs: Playwright's sync API keeps an event loop in the thread it ran in, which the async
 # tests cannot share. pytest's exit 5 (no tests collected) fails loudly.
-test: install vendor
+test: install vendor browser-deps
 	@$(BIN)/python -m pytest --ignore=tests/browser $(PYTEST_ARGS); s=$$?; \
 	  if [ $$s -eq 5 ]; then echo "FAIL: no tests collected" >&2; fi; [ $$s -eq 0 ] || exit $$s
 	@$(BIN)/python -m pytest tests/browser $(PYTEST_ARGS); s=$$?; \
