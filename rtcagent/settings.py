@@ -275,6 +275,7 @@ RTCAGENT = {
     "PING_INTERVAL": env.float("RTC_PING_INTERVAL", default=25.0),
     "PONG_TIMEOUT": env.float("RTC_PONG_TIMEOUT", default=10.0),
     "MAX_FRAME_BYTES": env.int("RTC_MAX_FRAME_BYTES", default=1024 * 1024),
+    "CONNECT_TIMEOUT": env.float("RTC_CONNECT_TIMEOUT", default=10.0),
     "REORDER_WAIT": env.float("RTC_REORDER_WAIT", default=1.0),
     "GAP_GRACE": env.float("RTC_GAP_GRACE", default=2.0),
     "TOPIC_RETENTION_HOURS": env.float("RTC_TOPIC_RETENTION_HOURS", default=72.0),

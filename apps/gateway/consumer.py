@@ -45,6 +45,12 @@ log = logging.getLogger(__name__)
 MAX_INFLIGHT_RPC = 32
 
 
+def db_hop(fn: Any) -> Any:
+    """One thread hop into the ORM, on a pool thread: not asgiref's single shared thread, which
+    would run every connection's database work of the process one call at a time."""
+    return database_sync_to_async(fn, thread_sensitive=False)
+
+
 def origin_allowed(origin: str, host: str) -> bool:
     """Browsers must come from an allowed origin or the server's own; non-browsers send none."""
     if not origin:
@@ -57,6 +63,7 @@ def origin_allowed(origin: str, host: str) -> bool:
 class GatewayConsumer(AsyncWebsocketConsumer):
     async def connect(self) -> None:
         self.identity: Identity | None = None
+        self.connecting = False
         self.client_id = str(uuid.uuid4())
         self.closed = False
         self.rpc_tasks: set[asyncio.Task[None]] = set()
@@ -139,21 +146,18 @@ class GatewayConsumer(AsyncWebsocketConsumer):
             return
         if cmd.method == "connect":
             raise P.ProtocolViolation(reason="bad request: already connected")
-        if cmd.method == "rpc":
+        if cmd.method in ("rpc", "history"):
             if len(self.rpc_tasks) >= MAX_INFLIGHT_RPC:
                 await self.send_objs(
                     P.error(cmd.id, P.ERR_TOO_MANY_REQUESTS, "too many requests", temporary=True)
                 )
                 return
-            task = asyncio.create_task(self._rpc(cmd))
+            run = self._rpc if cmd.method == "rpc" else self._history
+            task = asyncio.create_task(run(cmd))
             self.rpc_tasks.add(task)
             task.add_done_callback(self.rpc_tasks.discard)
         elif cmd.method == "refresh":
             await self._refresh(cmd)
-        elif cmd.method == "history":
-            task = asyncio.create_task(self._history(cmd))
-            self.rpc_tasks.add(task)
-            task.add_done_callback(self.rpc_tasks.discard)
         elif cmd.method == "unsubscribe":
             await self.send_objs(P.reply(cmd.id, "unsubscribe", {}))
         elif cmd.method == "subscribe":
@@ -169,10 +173,17 @@ class GatewayConsumer(AsyncWebsocketConsumer):
 
     async def _connect_deadline(self) -> None:
         await asyncio.sleep(rtc_setting("CONNECT_TIMEOUT"))
-        if self.identity is None:
+        if self.identity is None and not self.connecting:  # a slow connect is not a missing one
             await self.disconnect_with(P.DISCONNECT_BAD_REQUEST, "bad request: no connect")
 
     async def _connect(self, cmd: P.Command) -> None:
+        self.connecting = True
+        try:
+            await self._do_connect(cmd)
+        finally:
+            self.connecting = False
+
+    async def _do_connect(self, cmd: P.Command) -> None:
         try:
             identity = authenticate(cmd.params.get("token"))
         except TokenRejected as exc:
@@ -181,22 +192,26 @@ class GatewayConsumer(AsyncWebsocketConsumer):
                 return
             await self.disconnect_with(P.DISCONNECT_INVALID_TOKEN)
             return
-        if not await database_sync_to_async(user_is_active)(identity.user_id):
+        if not await db_hop(user_is_active)(identity.user_id):
             await self.disconnect_with(P.DISCONNECT_INVALID_TOKEN)
             return
         uid = identity.user_id
         for group in (keys.topic_group(uid), keys.live_group(uid), keys.user_group(uid)):
+            if self.closed:  # the socket went away meanwhile: join nothing more
+                return
             await self.channel_layer.group_add(group, self.channel_name)
             self.groups_joined.append(group)
         subs = cmd.params.get("subs") if isinstance(cmd.params.get("subs"), dict) else {}
         topic = keys.topic_channel(uid)
         try:
-            start = await database_sync_to_async(recovery.topic_start)(uid, subs.get(topic))
+            start = await db_hop(recovery.topic_start)(uid, subs.get(topic))
         except Exception:
             log.exception("topic start failed for user %s", uid)
             await self.send_objs(
                 P.error(cmd.id, P.ERR_INTERNAL, "internal server error", temporary=True)
             )
+            return
+        if self.closed:
             return
         self.identity = identity
         self.topic_epoch, self.topic_last = start.epoch, start.last
@@ -236,7 +251,7 @@ class GatewayConsumer(AsyncWebsocketConsumer):
         if identity.user_id != self.identity.user_id:
             await self.disconnect_with(P.DISCONNECT_INVALID_TOKEN, "token of another user")
             return
-        if not await database_sync_to_async(user_is_active)(identity.user_id):
+        if not await db_hop(user_is_active)(identity.user_id):
             await self.disconnect_with(P.DISCONNECT_INVALID_TOKEN)
             return
         self.identity = identity
@@ -270,7 +285,13 @@ class GatewayConsumer(AsyncWebsocketConsumer):
 
     async def _poll_watermark(self) -> None:
         assert self.identity is not None
-        pos = await sync_to_async(stream.position, thread_sensitive=False)(self.identity.user_id)
+        try:
+            pos = await sync_to_async(stream.position, thread_sensitive=False)(
+                self.identity.user_id
+            )
+        except Exception:  # Redis hiccup: keep pinging; the next tick polls again
+            log.exception("watermark poll failed for user %s", self.identity.user_id)
+            return
         if pos.epoch != self.topic_epoch:
             await self.disconnect_with(P.DISCONNECT_INSUFFICIENT_STATE)
         elif pos.watermark > self.topic_last and self.hole_task is None:
@@ -335,7 +356,7 @@ class GatewayConsumer(AsyncWebsocketConsumer):
                 target = max([upto, *self.topic_buffer])
                 if target <= self.topic_last:
                     return
-                rows = await database_sync_to_async(stream.read_range)(
+                rows = await db_hop(stream.read_range)(
                     uid, self.topic_epoch, self.topic_last, target
                 )
                 for row in rows:
@@ -346,8 +367,10 @@ class GatewayConsumer(AsyncWebsocketConsumer):
                 if loop.time() > deadline:
                     await self.disconnect_with(P.DISCONNECT_INSUFFICIENT_STATE)
                     return
-                await database_sync_to_async(stream.fill_gaps)(uid)
+                await db_hop(stream.fill_gaps)(uid)
                 await asyncio.sleep(0.5)
+        except Exception:  # the next bell or ping tick tries again
+            log.exception("repairing the topic of user %s failed", uid)
         finally:
             self.hole_task = None
 
@@ -366,7 +389,7 @@ class GatewayConsumer(AsyncWebsocketConsumer):
                 device_id=self.identity.device_id,
             )
             data = cmd.params.get("data")
-            result = await database_sync_to_async(handler)(ctx, {} if data is None else data)
+            result = await db_hop(handler)(ctx, {} if data is None else data)
             await self.send_objs(P.reply(cmd.id, "rpc", {"data": result}))
         except P.ProtocolViolation as exc:
             await self.disconnect_with(exc.code, exc.reason)
@@ -397,7 +420,7 @@ class GatewayConsumer(AsyncWebsocketConsumer):
                 return
             since_pos = (offset, str(since.get("epoch", "")))
         try:
-            result = await database_sync_to_async(recovery.history)(
+            result = await db_hop(recovery.history)(
                 uid, since=since_pos, limit=limit
             )
         except LookupError:

@@ -236,3 +236,24 @@ async def test_refresh_with_another_users_token_closes_3500(gateway, make_user) 
     code, pushes = await _closed_with(ws)
     assert code == 3500
     assert pushes[-1]["push"]["disconnect"]["reason"] == "token of another user"
+
+
+async def test_connect_deadline_closes_silent_sockets_but_not_slow_connects(
+    make_user, tmp_path
+) -> None:
+    from tests.livesrv import start_daphne
+
+    server = start_daphne(tmp_path, RTC_CONNECT_TIMEOUT="0.05")
+    try:
+        silent = await connect(server.ws_url)
+        code, _ = await _closed_with(silent)
+        assert code == 3501
+        # a connect takes longer than 50 ms here (database and Redis hops): it still succeeds
+        user = await sync_to_async(make_user)()
+        ws = await _connected(server.ws_url, issue_access_token(user))
+        await ws.send(json.dumps({"id": 2, "rpc": {"method": "v1.session.list"}}))
+        (reply,) = await _recv_lines(ws)
+        assert reply["rpc"]["data"]["items"] == []
+        await ws.close()
+    finally:
+        server.stop()
