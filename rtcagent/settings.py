@@ -203,8 +203,11 @@ RTC_ALLOWED_ORIGINS = env.list(
     "RTC_ALLOWED_ORIGINS",
     default=["http://localhost:8000", "http://127.0.0.1:8000"],
 )
-CORS_ALLOWED_ORIGINS = RTC_ALLOWED_ORIGINS
-CSRF_TRUSTED_ORIGINS = RTC_ALLOWED_ORIGINS
+# "*" lets any page embed the widget (the WebSocket check accepts it); CORS and CSRF want it spelled
+# their own way.
+CORS_ALLOW_ALL_ORIGINS = "*" in RTC_ALLOWED_ORIGINS
+CORS_ALLOWED_ORIGINS = [o for o in RTC_ALLOWED_ORIGINS if o != "*"]
+CSRF_TRUSTED_ORIGINS = CORS_ALLOWED_ORIGINS
 
 # --- Object store ---------------------------------------------------------------------------
 AWS_STORAGE_BUCKET_NAME = env.str("AWS_STORAGE_BUCKET_NAME", default="")

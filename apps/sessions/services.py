@@ -301,7 +301,7 @@ def session_fork(
         messages = [*copies, created]
         from apps.turns.queue import enqueue_message
 
-        transaction.on_commit(lambda: enqueue_message(new.id, created.id))
+        transaction.on_commit(lambda: enqueue_message(new.id, created.id), robust=True)
         update = publish_update(
             user_id=user_id,
             items=[item("session", "created", new.id)]
@@ -417,5 +417,7 @@ def message_send(
             ],
             data_list=[session_to_dict(session), message_to_dict(message)],
         )
-        transaction.on_commit(lambda: enqueue_message(session.id, message.id))
+        # robust: a failing callback before this one must not drop the turn (the sweeper would
+        # still find the message, but only after RTC_ORPHAN_AFTER)
+        transaction.on_commit(lambda: enqueue_message(session.id, message.id), robust=True)
     return MessageSent(session=session, message=message, updates=[update])

@@ -5,7 +5,8 @@ Per session there are two lists, ``resume`` (tool results, timeouts, recoveries)
 with a lease names the worker holding a session; an ``inflight`` key keeps the item being
 processed until it is acknowledged.
 
-Invariants (each mutation is one Lua script, so none can interleave with another):
+Invariants (each mutation is one Lua script or one single command, so none can interleave with
+another):
 
 * A session is held by at most one worker: the lock is ``SET NX PX``; every operation of a
   holder checks that the lock still carries its token.

@@ -8,7 +8,7 @@ at most once (one conditional UPDATE) and that terminal statuses never change.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from django.db import transaction
@@ -29,6 +29,7 @@ def turn_transition(
     to: str,
     user_id: int | None = None,
     values: Mapping[str, Any] | None = None,
+    only_from: Collection[str] | None = None,
 ) -> Turn:
     """Move a turn along ``TURN_TRANSITIONS`` with one conditional UPDATE; return it fresh.
 
@@ -46,7 +47,8 @@ def turn_transition(
         stamps["completed_at"] = now
     scope = {"user_id": user_id} if user_id is not None else None
     apply_transition(
-        Turn, entity="turn", pk=pk, to=to, table=TURN_TRANSITIONS, scope=scope, values=stamps
+        Turn, entity="turn", pk=pk, to=to, table=TURN_TRANSITIONS, scope=scope, values=stamps,
+        only_from=only_from,
     )
     return Turn.objects.get(pk=pk)
 
@@ -69,14 +71,21 @@ def turn_stop(*, user_id: int, session_id: uuid.UUID | str) -> Turn | None:
     if turn is None:
         return None
     state.request_stop(str(turn.id))
-    if turn.status == TurnStatus.RUNNING:
+    # Read again after raising the flag: a worker that moves the turn to running from now on
+    # sees the flag; one that moved it to interrupted before is cancelled below, and a worker
+    # that parks a turn after this checks the flag again (apps.turns.worker).
+    turn = Turn.objects.get(pk=turn.id)
+    if turn.status not in (TurnStatus.PENDING, TurnStatus.INTERRUPTED):
         return turn
     with transaction.atomic():
-        close_open_rtcs(turn, reason="the turn was stopped")
         try:
-            turn = turn_transition(turn_id=turn.id, to=TurnStatus.CANCELLED)
-        except InvalidState:  # it started running meanwhile: the worker will see the signal
+            turn = turn_transition(
+                turn_id=turn.id, to=TurnStatus.CANCELLED,
+                only_from=(TurnStatus.PENDING, TurnStatus.INTERRUPTED),
+            )
+        except InvalidState:  # a worker is running it now: the flag stops it
             return Turn.objects.get(pk=turn.id)
+        close_open_rtcs(turn, reason="the turn was stopped")
         publish_turn(turn)
         transaction.on_commit(lambda: (state.checkpoint_delete(str(turn.id)),
                                        queue.unpark(str(turn.session_id))))

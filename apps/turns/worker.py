@@ -59,11 +59,15 @@ class Worker:
             if time.monotonic() - last_sweep >= 1.0:
                 self.sweep()
                 last_sweep = time.monotonic()
-            hold = queue.claim(lease_ms=self.lease_ms)
-            if hold is None:
-                queue.wait_for_bell(1)
-                continue
-            self.drain(hold)
+            try:
+                hold = queue.claim(lease_ms=self.lease_ms)
+                if hold is None:
+                    queue.wait_for_bell(1)
+                    continue
+                self.drain(hold)
+            except Exception:  # Redis or the database away: the lease and the sweep recover
+                log.exception("worker loop error; retrying in a second")
+                time.sleep(1)
         log.info("worker stopped")
 
     def drain(self, hold: queue.Hold) -> None:
@@ -71,9 +75,12 @@ class Worker:
 
         def renew() -> None:
             while not done.wait(self.lease_ms / 3000):
-                if not hold.renew():
-                    log.warning("lost the lease of session %s", hold.session_id)
-                    return
+                try:
+                    if not hold.renew():
+                        log.warning("lost the lease of session %s", hold.session_id)
+                        return
+                except Exception:  # a Redis hiccup must not let the lease run out
+                    log.exception("renewing the lease of session %s failed", hold.session_id)
 
         renewer = threading.Thread(target=renew, daemon=True)
         renewer.start()
@@ -139,14 +146,16 @@ class Worker:
                 )
         except IntegrityError:
             # Another turn of this session is still open: this message waits behind it.
-            queue.park(session_id)
             queue.requeue_front(session_id, work)
+            park_session(session_id)
             return
         state.checkpoint_save(str(turn.id), engine.Checkpoint().to_json())
         self.run_turn(turn)
 
     def run_turn(self, turn: Turn) -> None:
         ports = DjangoTurnPorts(turn, self.llm_factory())
+        if turn.status == TurnStatus.PENDING and state.checkpoint_load(str(turn.id)) is None:
+            state.checkpoint_save(str(turn.id), engine.Checkpoint().to_json())  # never started
         if state.checkpoint_load(str(turn.id)) is None:
             ports.fail(LLMError(
                 category="system", title="Turn state lost",
@@ -160,16 +169,20 @@ class Worker:
             queue.unpark(str(turn.session_id))
             return
         outcome = engine.advance(ports)
-        if outcome == engine.WAITING:
-            queue.park(str(turn.session_id))
-        else:
+        if outcome != engine.WAITING:
             queue.unpark(str(turn.session_id))
+            return
+        park_session(str(turn.session_id))
+        if state.stop_requested(str(turn.id)):  # stop asked while the call was being created
+            from apps.turns.services import turn_stop
+
+            turn_stop(user_id=turn.user_id, session_id=turn.session_id)
 
     # --- housekeeping -----------------------------------------------------------------------
 
     def recover(self) -> None:
         """Start-up: turns left running by a dead process are resumed (or failed)."""
-        for turn in Turn.objects.filter(status=TurnStatus.RUNNING):
+        for turn in Turn.objects.filter(status__in=[TurnStatus.RUNNING, TurnStatus.PENDING]):
             if not queue.is_held(str(turn.session_id)):
                 queue.enqueue_resume(turn.session_id, turn.id)
 
@@ -195,8 +208,28 @@ class Worker:
             ).exists():
                 continue
             self._nudge(turn)
-        for turn in Turn.objects.filter(status=TurnStatus.RUNNING, updated_at__lt=quiet):
+        running = [TurnStatus.RUNNING, TurnStatus.PENDING]
+        for turn in Turn.objects.filter(status__in=running, updated_at__lt=quiet):
             self._nudge(turn)
+        self.queue_orphan_messages(quiet)
+
+    @staticmethod
+    def queue_orphan_messages(quiet: Any) -> None:
+        """User messages whose queue item was lost (the process died between commit and
+        enqueue): no turn, not queued, nobody holding the session."""
+        orphans = (
+            Message.objects.filter(role="user", turn__isnull=True, created_at__lt=quiet,
+                                   deleted_at__isnull=True, session__deleted_at__isnull=True)
+            .exclude(client_id="")
+            .exclude(client_id__startswith="turn:")
+            .order_by("session_id", "global_offset")
+        )
+        for msg in orphans[:200]:
+            sid = str(msg.session_id)
+            work = queue.pending(sid)
+            if queue.is_held(sid) or work["msg"] or work["inflight"]:
+                continue
+            queue.enqueue_message(sid, msg.id)
 
     @staticmethod
     def _nudge(turn: Turn) -> None:
@@ -204,6 +237,14 @@ class Worker:
         if queue.is_held(sid) or queue.pending(sid)["resume"]:
             return
         queue.enqueue_resume(sid, turn.id)
+
+
+def park_session(session_id: str) -> None:
+    """Park the session, then let the database judge: a turn stopped meanwhile has already
+    unparked, so without an open turn the park is undone (messages must not wait forever)."""
+    queue.park(session_id)
+    if not Turn.objects.filter(session_id=session_id, status__in=ACTIVE_TURN_STATUSES).exists():
+        queue.unpark(session_id)
 
 
 def expire_rtcs() -> int:

@@ -1,0 +1,73 @@
+"""Worker housekeeping against the real database and Redis (no processes needed)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from apps.sessions.models import Message, Session
+from apps.turns import queue, state
+from apps.turns.models import Turn
+from apps.turns.services import turn_stop
+from apps.turns.worker import Worker, park_session
+from rtcagent.redis import get_redis
+
+pytestmark = [pytest.mark.django_db(transaction=True)]
+
+
+def _session(user) -> Session:
+    return Session.objects.create(user=user)
+
+
+def test_a_park_without_an_open_turn_is_undone(make_user) -> None:
+    session = _session(make_user())
+    sid = str(session.id)
+    queue.enqueue(sid, {"kind": "message", "message_id": "m"})
+    park_session(sid)  # the turn was stopped meanwhile: nothing may keep the message waiting
+    hold = queue.claim(lease_ms=5000)
+    assert hold is not None and hold.take() == {"kind": "message", "message_id": "m"}
+
+
+def test_a_park_with_an_open_turn_holds_messages_back(make_user) -> None:
+    user = make_user()
+    session = _session(user)
+    Turn.objects.create(session=session, user=user, status="interrupted")
+    sid = str(session.id)
+    queue.enqueue(sid, {"kind": "message", "message_id": "m"})
+    park_session(sid)
+    hold = queue.claim(lease_ms=5000)
+    assert hold is None or hold.take() is None
+    assert queue.pending(sid)["msg"] == 1
+
+
+def test_lost_message_items_are_queued_again(make_user) -> None:
+    user = make_user()
+    session = _session(user)
+    old = timezone.now() - timedelta(minutes=1)
+    lost = Message.objects.create(session=session, user=user, global_offset=1, role="user",
+                                  client_id="c-1", content={"type": "text", "data": "hi"})
+    Message.objects.filter(pk=lost.pk).update(created_at=old)
+    copy = Message.objects.create(session=session, user=user, global_offset=2, role="user",
+                                  client_id="", content={"type": "text", "data": "fork copy"})
+    Message.objects.filter(pk=copy.pk).update(created_at=old)
+    Worker.queue_orphan_messages(timezone.now())
+    hold = queue.claim(lease_ms=5000)
+    assert hold is not None and hold.take() == {"kind": "message", "message_id": str(lost.id)}
+    assert hold.take() is None  # the fork copy is history, not a request
+    Worker.queue_orphan_messages(timezone.now())  # still without a turn, but now it is queued
+    assert queue.pending(str(session.id))["msg"] == 1 or queue.is_held(str(session.id))
+
+
+def test_stop_cancels_a_waiting_turn_and_only_flags_a_running_one(make_user) -> None:
+    user = make_user()
+    waiting, running = _session(user), _session(user)
+    t1 = Turn.objects.create(session=waiting, user=user, status="interrupted")
+    t2 = Turn.objects.create(session=running, user=user, status="running")
+    get_redis().set(f"rtc:q:s:{{{waiting.id}}}:parked", "1")
+    assert turn_stop(user_id=user.id, session_id=waiting.id).status == "cancelled"
+    assert not get_redis().exists(f"rtc:q:s:{{{waiting.id}}}:parked")
+    assert turn_stop(user_id=user.id, session_id=running.id).status == "running"
+    assert state.stop_requested(str(t2.id)) and state.stop_requested(str(t1.id))
+    assert Turn.objects.get(pk=t2.id).status == "running"
