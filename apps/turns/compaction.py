@@ -25,7 +25,7 @@ from rtcagent.redis import get_redis
 
 log = logging.getLogger(__name__)
 
-PENDING_TTL = 600
+PENDING_TTL = 3600  # longer than a turn may wait on askUser (30 min)
 SUMMARY_PROMPT = (
     "Summarize the conversation so far for your own later use; it will replace the messages "
     "it covers. Use these sections: 1. Primary request and intent 2. Key concepts "
