@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import logging
 import secrets
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,7 +35,7 @@ from .models import TopicEvent
 
 log = logging.getLogger(__name__)
 
-# KEYS: epoch, offset, pending, pending-users. ARGV: candidate epoch, now, user id, allocate (0/1)
+# KEYS: epoch, offset, pending, pending-users. ARGV: candidate epoch, (unused), user id, allocate
 _POSITION_LUA = """
 local epoch = redis.call('GET', KEYS[1])
 if not epoch then
@@ -47,7 +46,8 @@ end
 local off
 if ARGV[4] == '1' then
   off = redis.call('INCR', KEYS[2])
-  redis.call('ZADD', KEYS[3], ARGV[2], off)
+  local now = redis.call('TIME')  -- Redis's clock: writers' and fillers' clocks may differ
+  redis.call('ZADD', KEYS[3], tonumber(now[1]) + tonumber(now[2]) / 1e6, off)
   redis.call('SADD', KEYS[4], ARGV[3])
 else
   off = tonumber(redis.call('GET', KEYS[2]) or '0')
@@ -56,6 +56,13 @@ local low = redis.call('ZRANGE', KEYS[3], 0, 0)
 local mark = off
 if ARGV[4] ~= '1' and #low > 0 then mark = tonumber(low[1]) - 1 end
 return {epoch, off, mark}
+"""
+
+
+# KEYS: pending, pending-users. ARGV: user id. Atomic, so a concurrent allocation is never lost.
+_FORGET_IF_SETTLED = """
+if redis.call('ZCARD', KEYS[1]) == 0 then redis.call('SREM', KEYS[2], ARGV[1]) end
+return 1
 """
 
 
@@ -76,7 +83,7 @@ def _run_position_script(user_id: int, allocate: bool) -> Position:
         keys.topic_pending(user_id),
         keys.topic_pending_users(),
         secrets.token_hex(6),
-        f"{time.time():.6f}",
+        "",
         str(user_id),
         "1" if allocate else "0",
     )
@@ -158,7 +165,8 @@ def fill_gaps(user_id: int, *, grace: float | None = None) -> int:
     grace = rtc_setting("GAP_GRACE") if grace is None else grace
     r = get_redis()
     pos = position(user_id)
-    stale = r.zrangebyscore(keys.topic_pending(user_id), "-inf", time.time() - grace)
+    seconds, micros = r.time()
+    stale = r.zrangebyscore(keys.topic_pending(user_id), "-inf", seconds + micros / 1e6 - grace)
     for raw in stale:
         offset = int(raw)
         TopicEvent.objects.bulk_create(
@@ -171,8 +179,7 @@ def fill_gaps(user_id: int, *, grace: float | None = None) -> int:
         )
         event = TopicEvent.objects.get(user_id=user_id, epoch=pos.epoch, offset=offset)
         ring(event)
-    if not r.zcard(keys.topic_pending(user_id)):
-        r.srem(keys.topic_pending_users(), user_id)
+    r.eval(_FORGET_IF_SETTLED, 2, keys.topic_pending(user_id), keys.topic_pending_users(), user_id)
     return len(stale)
 
 

@@ -261,7 +261,7 @@ class Hold:
         )
 
 
-def claim(*, lease_ms: int, scan: int = 50) -> Hold | None:
+def claim(*, lease_ms: int, scan: int = 200) -> Hold | None:
     """Take the lock of the oldest ready session that nobody holds."""
     token = secrets.token_hex(8)
     sid = get_redis().eval(_CLAIM, 2, READY, HELD, token, lease_ms, _now_ms(), scan)
