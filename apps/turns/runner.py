@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from django.db import transaction
@@ -119,12 +120,22 @@ def _conversation(messages: list[Message]) -> list[dict[str, Any]]:
     return out
 
 
+class HoldLost(BaseException):
+    """This worker no longer holds the turn's session (its lease ran out while it was stalled):
+    another worker may be running the turn, so this one must stop writing at once. A
+    BaseException, so that no ``except Exception`` on the way (LLM adapter, engine) turns it
+    into a turn failure."""
+
+
 class DjangoTurnPorts:
     """The engine's ports for one turn, backed by the ORM, Redis and the channel layer."""
 
-    def __init__(self, turn: Turn, llm: ChatModel) -> None:
+    def __init__(
+        self, turn: Turn, llm: ChatModel, lost: Callable[[], bool] = lambda: False
+    ) -> None:
         self.turn = turn
         self.llm = llm
+        self._lost = lost
         self.session = Session.objects.get(pk=turn.session_id)
         self.tid = str(turn.id)
         self.user_id = turn.user_id
@@ -140,7 +151,12 @@ class DjangoTurnPorts:
         data = state.checkpoint_load(self.tid)
         return Checkpoint.from_json(data) if data else None
 
+    def _check_hold(self) -> None:
+        if self._lost():
+            raise HoldLost(self.tid)
+
     def save(self, cp: Checkpoint) -> None:
+        self._check_hold()
         state.checkpoint_save(self.tid, cp.to_json())
 
     def history(self) -> list[dict[str, Any]]:
@@ -153,6 +169,7 @@ class DjangoTurnPorts:
         return rtc_tools.schemas() + rtc_tools.host_schemas(self.session.host_functions)
 
     def should_cancel(self) -> bool:
+        self._check_hold()  # polled between chunks: a lost hold stops the stream at once
         now = time.monotonic()
         if not self._cancel and now - self._cancel_checked >= 0.2:
             self._cancel_checked = now
@@ -288,6 +305,7 @@ class DjangoTurnPorts:
         )
 
     def create_rtc(self, step: int, call: dict[str, Any], arguments: dict[str, Any]) -> str:
+        self._check_hold()
         with transaction.atomic():
             rtc = Rtc.objects.filter(turn_id=self.turn.id, tool_call_id=call["id"]).first()
             if rtc is not None:

@@ -27,7 +27,7 @@ from apps.turns import engine, queue, state
 from apps.turns.llm import ChatModel, OpenAIChat
 from apps.turns.llm_errors import LLMError
 from apps.turns.models import ACTIVE_TURN_STATUSES, TERMINAL_TURN_STATUSES, Turn, TurnStatus
-from apps.turns.runner import DjangoTurnPorts
+from apps.turns.runner import DjangoTurnPorts, HoldLost
 from apps.turns.serializers import turn_to_dict
 from rtcagent.conf import rtc_setting
 
@@ -46,6 +46,7 @@ class Worker:
         self.lease_ms = lease_ms or int(rtc_setting("WORKER_LEASE_MS"))
         self.max_items = max_items
         self.stopping = threading.Event()
+        self._hold: queue.Hold | None = None
         self._pruned_at = 0.0
 
     # --- main loop --------------------------------------------------------------------------
@@ -89,10 +90,17 @@ class Worker:
                 work = hold.take()
                 if work is None:
                     return
+                self._hold = hold
                 try:
                     self.handle(hold.session_id, work)
+                except HoldLost:  # not acked: the item belongs to the session's new holder
+                    log.warning("lost session %s mid-item; leaving it to the new holder",
+                                hold.session_id)
+                    return
                 except Exception:
                     log.exception("work item %s of session %s failed", work, hold.session_id)
+                finally:
+                    self._hold = None
                 hold.ack()
                 if self.stopping.is_set():
                     break
@@ -153,7 +161,8 @@ class Worker:
         self.run_turn(turn)
 
     def run_turn(self, turn: Turn) -> None:
-        ports = DjangoTurnPorts(turn, self.llm_factory())
+        hold = self._hold
+        ports = DjangoTurnPorts(turn, self.llm_factory(), lost=lambda: bool(hold and hold.lost))
         if turn.status == TurnStatus.PENDING and state.checkpoint_load(str(turn.id)) is None:
             state.checkpoint_save(str(turn.id), engine.Checkpoint().to_json())  # never started
         if state.checkpoint_load(str(turn.id)) is None:

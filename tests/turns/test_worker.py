@@ -9,6 +9,7 @@ from django.utils import timezone
 
 from apps.sessions.models import Message, Session
 from apps.turns import queue, state
+from apps.turns.engine import Checkpoint
 from apps.turns.models import Turn
 from apps.turns.services import turn_stop
 from apps.turns.worker import Worker, park_session
@@ -71,3 +72,30 @@ def test_stop_cancels_a_waiting_turn_and_only_flags_a_running_one(make_user) -> 
     assert turn_stop(user_id=user.id, session_id=running.id).status == "running"
     assert state.stop_requested(str(t2.id)) and state.stop_requested(str(t1.id))
     assert Turn.objects.get(pk=t2.id).status == "running"
+
+
+def test_a_lost_hold_stops_the_stream_without_failing_the_turn(make_user) -> None:
+    from apps.turns.llm import OpenAIChat, TextDelta
+    from apps.turns.runner import DjangoTurnPorts, HoldLost
+    from rtcagent.devtools.scripted_llm import ScriptedLLM
+
+    user = make_user()
+    session = _session(user)
+    turn = Turn.objects.create(session=session, user=user, status="running")
+    lost = {"now": False}
+    with ScriptedLLM() as llm:
+        llm.enqueue({"content": "x" * 40, "chunk_size": 2, "chunk_delay": 0.02})
+        ports = DjangoTurnPorts(turn, OpenAIChat(api_key="k", base_url=llm.base_url),
+                                lost=lambda: lost["now"])
+        seen = []
+        with pytest.raises(HoldLost):  # not an LLMError: nothing may mark the turn failed
+            for event in ports.llm.stream([{"role": "user", "content": "hi"}], None,
+                                          should_cancel=ports.should_cancel):
+                if isinstance(event, TextDelta):
+                    seen.append(event.text)
+                    lost["now"] = len(seen) >= 3
+        assert 3 <= len(seen) < 20
+        with pytest.raises(HoldLost):
+            ports.save(Checkpoint())
+    assert Turn.objects.get(pk=turn.id).status == "running"
+    assert state.checkpoint_load(str(turn.id)) is None
