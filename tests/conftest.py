@@ -26,6 +26,23 @@ def _fast_password_hashing(settings: Any) -> None:
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
+@pytest.fixture(scope="session")
+def llm() -> Iterator[Any]:
+    """The project's scripted OpenAI-compatible server (a real HTTP server in a thread)."""
+    from rtcagent.devtools.scripted_llm import ScriptedLLM
+
+    with ScriptedLLM(api_key="sk-test-key") as server:
+        yield server
+
+
+@pytest.fixture
+def model(llm: Any) -> Iterator[Any]:
+    """The scripted model, reset for this test."""
+    llm.reset()
+    yield llm
+    llm.reset()
+
+
 @pytest.fixture
 def redis_client() -> Any:
     from rtcagent.redis import get_redis

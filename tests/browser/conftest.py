@@ -31,19 +31,6 @@ if not VENDOR.exists():
     pytest.skip("widget libraries not vendored: run `make vendor`", allow_module_level=True)
 
 
-@pytest.fixture(scope="session")
-def llm() -> Iterator[ScriptedLLM]:
-    with ScriptedLLM(api_key="sk-test-key") as server:
-        yield server
-
-
-@pytest.fixture
-def model(llm: ScriptedLLM) -> Iterator[ScriptedLLM]:
-    llm.reset()
-    yield llm
-    llm.reset()
-
-
 @pytest.fixture(scope="module")
 def web(django_db_setup: Any, django_db_blocker: Any,
         tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:

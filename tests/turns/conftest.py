@@ -12,20 +12,6 @@ from tests.gateway.conftest import gateway  # noqa: F401 - re-exported fixture
 from tests.turns.stack import Workers
 
 
-@pytest.fixture(scope="session")
-def llm() -> Iterator[ScriptedLLM]:
-    with ScriptedLLM(api_key="sk-test-key") as server:
-        yield server
-
-
-@pytest.fixture
-def model(llm: ScriptedLLM) -> Iterator[ScriptedLLM]:
-    """The scripted model, reset for this test."""
-    llm.reset()
-    yield llm
-    llm.reset()
-
-
 @pytest.fixture(scope="module")
 def pool(
     gateway: Any, llm: ScriptedLLM, tmp_path_factory: pytest.TempPathFactory  # noqa: F811
