@@ -62,7 +62,7 @@ class Approval extends View {
     this.root.querySelector('[data-act=reject]').onclick = () => prompt.resolve({ approved: false, reason: this.root.querySelector('[name=reason]').value.trim() });
     // The preview is built asynchronously, after the message list scrolled to its end: bring
     // the buttons into view, or the turn waits on a question the person cannot see.
-    this.root.querySelector('[data-act=reject]').scrollIntoView({ block: 'nearest' });
+    this.root.querySelector('[data-act=reject]').scrollIntoView({ block: 'center' });
   }
 }
 
