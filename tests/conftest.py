@@ -3,12 +3,38 @@
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
 _emails = itertools.count(1)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _flush_survives_deadlocks() -> Iterator[None]:
+    """Worker processes keep polling the test database between tests; PostgreSQL may pick the
+    TRUNCATE of pytest-django's flush as the victim of a lock cycle with one of their reads.
+    Retry the flush then (the workers' reads are short) instead of failing the test."""
+    from django.core.management.base import CommandError
+    from django.core.management.commands import flush
+
+    original = flush.Command.handle
+
+    def handle(self: Any, **options: Any) -> Any:
+        for attempt in range(6):
+            try:
+                return original(self, **options)
+            except CommandError as exc:
+                if "deadlock" not in str(exc.__cause__) or attempt == 5:
+                    raise
+                time.sleep(0.2 * (attempt + 1))
+        return None
+
+    flush.Command.handle = handle
+    yield
+    flush.Command.handle = original
 
 
 @pytest.fixture(autouse=True)
