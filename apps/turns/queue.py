@@ -54,20 +54,27 @@ redis.call('LTRIM', KEYS[3], 0, 63)
 return 1
 """
 
+# A dead holder's un-acked item goes back to the head of the list it came from.
+_REQUEUE_INFLIGHT = """
+local function requeue_inflight(base)
+  local raw = redis.call('GET', base .. 'inflight')
+  if raw then
+    local f = cjson.decode(raw)
+    redis.call('LPUSH', base .. f.src, f.item)
+    redis.call('DEL', base .. 'inflight')
+  end
+end
+"""
+
 # KEYS: ready, held. ARGV: token, lease_ms, now_ms, scan. Returns a session id or false.
 # An ``inflight`` item found under a free lock is a dead holder's (its lease ran out before any
 # sweep): it goes back to the head of its list, or this holder's first ``take`` would drop it.
-_CLAIM = """
+_CLAIM = _REQUEUE_INFLIGHT + """
 local ids = redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[4]) - 1)
 for _, sid in ipairs(ids) do
   local base = 'rtc:q:s:{' .. sid .. '}:'
   if redis.call('SET', base .. 'lock', ARGV[1], 'NX', 'PX', ARGV[2]) then
-    local raw = redis.call('GET', base .. 'inflight')
-    if raw then
-      local f = cjson.decode(raw)
-      redis.call('LPUSH', base .. f.src, f.item)
-      redis.call('DEL', base .. 'inflight')
-    end
+    requeue_inflight(base)
     redis.call('ZREM', KEYS[1], sid)
     redis.call('ZADD', KEYS[2], tonumber(ARGV[3]) + tonumber(ARGV[2]), sid)
     return sid
@@ -127,18 +134,13 @@ return 1
 """
 
 # KEYS: held, ready. ARGV: now_ms. Requeues the work of sessions whose holder vanished.
-_SWEEP = """
+_SWEEP = _REQUEUE_INFLIGHT + """
 local out = {}
 local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
 for _, sid in ipairs(expired) do
   local base = 'rtc:q:s:{' .. sid .. '}:'
   if redis.call('EXISTS', base .. 'lock') == 0 then
-    local raw = redis.call('GET', base .. 'inflight')
-    if raw then
-      local f = cjson.decode(raw)
-      redis.call('LPUSH', base .. f.src, f.item)
-      redis.call('DEL', base .. 'inflight')
-    end
+    requeue_inflight(base)
     redis.call('ZREM', KEYS[1], sid)
     if redis.call('LLEN', base .. 'resume') + redis.call('LLEN', base .. 'msg') > 0 then
       redis.call('ZADD', KEYS[2], ARGV[1], sid)
