@@ -184,11 +184,35 @@ def fill_gaps(user_id: int, *, grace: float | None = None) -> int:
 
 
 def fill_all_gaps() -> int:
-    """Sweep every user with pending allocations (run periodically by the worker)."""
+    """Sweep every user with pending allocations (run periodically by the worker).
+
+    Users are isolated from each other: one whose fill fails is logged and retried next sweep.
+    A user who no longer exists has no stream to repair; their pending offsets are dropped
+    (inserting a gap row for them would violate the foreign key on every sweep, for ever).
+    """
+    from django.contrib.auth import get_user_model
+
     total = 0
-    for uid in get_redis().smembers(keys.topic_pending_users()):
-        total += fill_gaps(int(uid))
+    r = get_redis()
+    ids = [int(u) for u in r.smembers(keys.topic_pending_users()) if str(u).isdigit()]
+    alive = set(get_user_model().objects.filter(pk__in=ids).values_list("pk", flat=True))
+    for uid in ids:
+        if uid not in alive:
+            forget_user(uid)
+            continue
+        try:
+            total += fill_gaps(uid)
+        except Exception:
+            log.exception("filling topic gaps of user %s failed", uid)
     return total
+
+
+def forget_user(user_id: int) -> None:
+    """Drop a deleted user's stream state from Redis (their rows went with them)."""
+    r = get_redis()
+    r.delete(keys.topic_pending(user_id), keys.topic_offset(user_id), keys.topic_epoch(user_id))
+    r.srem(keys.topic_pending_users(), str(user_id))
+    log.info("dropped the topic state of deleted user %s", user_id)
 
 
 def prune(*, older_than: float, batch: int = 5000) -> int:

@@ -196,16 +196,23 @@ class Worker:
                 queue.enqueue_resume(turn.session_id, turn.id)
 
     def sweep(self) -> None:
-        try:
-            queue.sweep()
-            stream.fill_all_gaps()
-            expire_rtcs()
-            self.resume_orphans()
-            if time.monotonic() - self._pruned_at > 600:  # every 10 minutes
-                self._pruned_at = time.monotonic()
-                stream.prune(older_than=float(rtc_setting("TOPIC_RETENTION_HOURS")) * 3600)
-        except Exception:
-            log.exception("sweep failed")
+        """Each step runs on its own: one that fails (Redis away, one bad row) is logged and the
+        others still run, so a single user's broken state never stops housekeeping for all."""
+        steps: list[tuple[str, Callable[[], object]]] = [
+            ("requeue dead holders", queue.sweep),
+            ("fill topic gaps", stream.fill_all_gaps),
+            ("expire RTCs", expire_rtcs),
+            ("resume orphans", self.resume_orphans),
+        ]
+        if time.monotonic() - self._pruned_at > 600:  # every 10 minutes
+            self._pruned_at = time.monotonic()
+            retention = float(rtc_setting("TOPIC_RETENTION_HOURS")) * 3600
+            steps.append(("prune topics", lambda: stream.prune(older_than=retention)))
+        for name, step in steps:
+            try:
+                step()
+            except Exception:
+                log.exception("sweep step %r failed", name)
 
     def resume_orphans(self) -> None:
         """Turns nobody runs: interrupted on a finished RTC, or running without a holder."""
@@ -216,10 +223,10 @@ class Worker:
                 status__in=TERMINAL_RTC_STATUSES
             ).exists():
                 continue
-            self._nudge(turn)
+            _isolated("nudge turn", turn.id, self._nudge, turn)
         running = [TurnStatus.RUNNING, TurnStatus.PENDING]
         for turn in Turn.objects.filter(status__in=running, updated_at__lt=quiet):
-            self._nudge(turn)
+            _isolated("nudge turn", turn.id, self._nudge, turn)
         self.queue_orphan_messages(quiet)
 
     @staticmethod
@@ -265,5 +272,14 @@ def expire_rtcs() -> int:
         status__in=TERMINAL_RTC_STATUSES
     ).values_list("id", flat=True)
     for rtc_id in list(due):
-        count += rtc_timeout(rtc_id=rtc_id)
+        count += _isolated("time out RTC", rtc_id, rtc_timeout, rtc_id=rtc_id) or 0
     return count
+
+
+def _isolated(what: str, ident: object, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Run one sweep action for one row; a failure is logged and the sweep goes on."""
+    try:
+        return fn(*args, **kwargs)
+    except Exception:
+        log.exception("sweep: %s %s failed", what, ident)
+        return None
