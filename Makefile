@@ -56,10 +56,25 @@ test: install vendor browser-deps
 lint: install
 	$(BIN)/ruff check .
 
-check-deploy: install
-	DJANGO_DEBUG=False DJANGO_SECRET_KEY=$$(openssl rand -hex 40) \
-	DJANGO_ALLOWED_HOSTS=example.com REDIS_URL=$${REDIS_URL:-redis://127.0.0.1:6379/0} \
-	$(BIN)/python manage.py check --deploy --fail-level WARNING
+## Production settings: the deploy checks, then the static build of the release phase
+## (collectstatic with the manifest storage, into a temporary STATIC_ROOT) with the widget in it.
+COLLECT_CHECK = import sys, django; from django.conf import settings; django.setup(); \
+	settings.STATIC_ROOT = sys.argv[1]; from django.core.management import call_command; \
+	call_command("collectstatic", interactive=False, verbosity=0); \
+	import json, pathlib; paths = json.loads(pathlib.Path(sys.argv[1], "staticfiles.json") \
+	.read_text())["paths"]; need = ["rtc-agent/rtc-agent.js", "rtc-agent/vendor/centrifuge.mjs", \
+	"rtc-agent/vendor/marked.esm.js", "rtc-agent/vendor/purify.es.mjs"]; \
+	gone = [n for n in need if n not in paths]; \
+	sys.exit("static build lacks: " + ", ".join(gone)) if gone else \
+	print("static build ok:", len(paths), "files")
+
+check-deploy: install vendor
+	@export DJANGO_DEBUG=False DJANGO_SECRET_KEY=$$(openssl rand -hex 40) \
+	  DJANGO_ALLOWED_HOSTS=example.com REDIS_URL=$${REDIS_URL:-redis://127.0.0.1:6379/0} \
+	  DJANGO_SETTINGS_MODULE=rtcagent.settings; \
+	$(BIN)/python manage.py check --deploy --fail-level WARNING || exit $$?; \
+	root=$$(mktemp -d) && trap 'rm -rf "$$root"' EXIT && \
+	$(BIN)/python -c '$(COLLECT_CHECK)' "$$root"
 
 clean:
 	rm -rf $(VENV) staticfiles

@@ -13,6 +13,22 @@ mkdir -p "$OUT/licenses"
 cp node_modules/centrifuge/build/index.mjs "$OUT/centrifuge.mjs"
 cp node_modules/marked/lib/marked.esm.js "$OUT/marked.esm.js"
 cp node_modules/dompurify/dist/purify.es.mjs "$OUT/purify.es.mjs"
+# A file that names a source map gets its map too: the production build (whitenoise's manifest
+# storage) rewrites that reference to the hashed map and stops when the map is missing. Copying
+# keeps the vendored files byte-identical to the npm package (checkable with `cmp`) and lets
+# devtools show the libraries' sources; browsers fetch maps only with devtools open.
+copy_source_map() {  # $1: the vendored copy, $2: the file it came from
+    map=$(sed -n 's|^//# sourceMappingURL=\([^ ]*\)$|\1|p' "$1" | tail -n 1)
+    [ -n "$map" ] || return 0
+    case "$map" in
+        data:*) return 0 ;;  # inline map: nothing to copy
+        */* | ..*) echo "vendor: $1 names a map outside its folder: $map" >&2; exit 1 ;;
+    esac
+    cp "$(dirname "$2")/$map" "$(dirname "$1")/$map"
+}
+copy_source_map "$OUT/centrifuge.mjs" node_modules/centrifuge/build/index.mjs
+copy_source_map "$OUT/marked.esm.js" node_modules/marked/lib/marked.esm.js
+copy_source_map "$OUT/purify.es.mjs" node_modules/dompurify/dist/purify.es.mjs
 cp node_modules/centrifuge/LICENSE "$OUT/licenses/centrifuge-LICENSE"
 cp node_modules/marked/LICENSE.md "$OUT/licenses/marked-LICENSE.md" 2>/dev/null || cp node_modules/marked/LICENSE "$OUT/licenses/marked-LICENSE"
 cp node_modules/dompurify/LICENSE "$OUT/licenses/dompurify-LICENSE"
