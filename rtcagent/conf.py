@@ -11,8 +11,9 @@ DEFAULTS: dict[str, Any] = {
     "PING_INTERVAL": 25.0,  # seconds between server pings ({}); clients allow +10 s
     "PONG_TIMEOUT": 10.0,  # a pong must arrive within this after a ping, else close 3012
     "CONNECT_TIMEOUT": 10.0,  # first command must be connect within this, else close 3501
-    "MAX_FRAME_BYTES": 1024 * 1024,  # larger text frames are refused with disconnect 3501
+    "MAX_FRAME_BYTES": 4 * 1024 * 1024,  # larger text frames are refused with disconnect 3501
     "MAX_COMMANDS_PER_FRAME": 100,
+    "MAX_JSON_DEPTH": 64,  # deeper JSON anywhere (frames, params, bodies, tool I/O) is refused
     "EXPIRED_CLOSE_DELAY": 25.0,  # a connection not refreshed by exp + this is closed (3005)
     # Topic stream
     "RECOVERY_LIMIT": 1000,  # at most this many publications are replayed on reconnect
@@ -25,6 +26,7 @@ DEFAULTS: dict[str, Any] = {
     # Remote tool calls
     "DEADLINE_SECONDS": 300.0,  # an unfinished RTC becomes "timeout" after this
     "ASK_DEADLINE_SECONDS": 1800.0,  # askUser waits for a person
+    "MAX_RESULT_BYTES": 2 * 1024 * 1024,  # a larger tool result fails the call (the model is told)
     # Worker
     "WORKER_LEASE_MS": 30_000,  # a session lock's lease; renewed every third of it
     "ORPHAN_AFTER": 10.0,  # seconds before a turn nobody runs is re-enqueued by the sweeper

@@ -191,6 +191,13 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_THROTTLE_RATES": {"auth": "30/min"},
+# Proxies in front of the web process that append to X-Forwarded-For (Heroku's router: 1). The
+# throttles key a client by the address the last of them saw; 0 ignores the header (REMOTE_ADDR),
+# since the client writes every entry left of the proxies' own and could pick its identity.
+RTC_NUM_PROXIES = env.int("RTC_NUM_PROXIES", default=0)
+if RTC_NUM_PROXIES < 0:
+    raise ImproperlyConfigured("RTC_NUM_PROXIES must be 0 or more")
+
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "rtcagent HTTP API",
@@ -198,6 +205,7 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
 }
 
+    "NUM_PROXIES": RTC_NUM_PROXIES,
 # --- Origins --------------------------------------------------------------------------------
 RTC_ALLOWED_ORIGINS = env.list(
     "RTC_ALLOWED_ORIGINS",
@@ -277,7 +285,9 @@ LOGGING = {
 RTCAGENT = {
     "PING_INTERVAL": env.float("RTC_PING_INTERVAL", default=25.0),
     "PONG_TIMEOUT": env.float("RTC_PONG_TIMEOUT", default=10.0),
-    "MAX_FRAME_BYTES": env.int("RTC_MAX_FRAME_BYTES", default=1024 * 1024),
+    "MAX_FRAME_BYTES": env.int("RTC_MAX_FRAME_BYTES", default=4 * 1024 * 1024),
+    "MAX_RESULT_BYTES": env.int("RTC_MAX_RESULT_BYTES", default=2 * 1024 * 1024),
+    "MAX_JSON_DEPTH": env.int("RTC_MAX_JSON_DEPTH", default=64),
     "CONNECT_TIMEOUT": env.float("RTC_CONNECT_TIMEOUT", default=10.0),
     "REORDER_WAIT": env.float("RTC_REORDER_WAIT", default=1.0),
     "GAP_GRACE": env.float("RTC_GAP_GRACE", default=2.0),

@@ -31,10 +31,11 @@ from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
+from django.db import DataError
 
 from rtcagent import keys
 from rtcagent.conf import rtc_setting
-from rtcagent.errors import RtcError
+from rtcagent.errors import InvalidRequest, RtcError
 
 from . import protocol as P
 from . import recovery, registry, stream
@@ -395,6 +396,10 @@ class GatewayConsumer(AsyncWebsocketConsumer):
             await self.disconnect_with(exc.code, exc.reason)
         except RtcError as exc:
             await self.send_objs(P.app_error(cmd.id, exc))
+        except DataError:  # a value the database refuses: retrying cannot help, so permanent
+            log.warning("rpc %s: the database refused a value", method, exc_info=True)
+            await self.send_objs(P.app_error(cmd.id, InvalidRequest(
+                "a value in the request cannot be stored (too long or malformed)")))
         except Exception:
             log.exception("rpc %s failed", method)
             await self.send_objs(

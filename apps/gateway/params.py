@@ -7,6 +7,7 @@ from typing import Any
 from rest_framework import serializers
 
 from rtcagent.errors import InvalidRequest
+from rtcagent.jsonsafety import check_json
 
 
 def _flatten(detail: Any, prefix: str = "") -> list[str]:
@@ -22,11 +23,16 @@ def _flatten(detail: Any, prefix: str = "") -> list[str]:
 
 
 def validate(serializer_class: type[serializers.Serializer], params: Any) -> dict[str, Any]:
-    """Return the validated data of ``params`` or raise ``InvalidRequest`` naming each field."""
+    """Return the validated data of ``params`` or raise ``InvalidRequest`` naming each field.
+
+    Every RPC's params pass ``check_json`` first (depth and NUL), so nothing that could not be
+    stored or sent back out reaches a service.
+    """
     if params is None:
         params = {}
     if not isinstance(params, dict):
         raise InvalidRequest("params must be a JSON object")
+    check_json(params, what="params")
     ser = serializer_class(data=params)
     if not ser.is_valid():
         raise InvalidRequest("; ".join(_flatten(ser.errors)))

@@ -94,5 +94,11 @@ def submit_result(ctx: RpcContext, rtc_id: Any, p: dict[str, Any]) -> dict[str, 
 def rtc_submit_result(ctx: RpcContext, params: dict[str, Any]) -> dict[str, Any]:
     """Deliver a tool's result; repeats return the stored result (``duplicate`` for the same
     ``client_id``) and never apply a second one."""
-    p = validate(_ResultParams, params)
+    # The result is the tool's output, not the caller's request: one the server cannot keep
+    # (too deep, too large) fails the RTC with a message the model sees instead of being refused,
+    # so the browser never retries it (see ``services.rtc_submit_result``).
+    rest = dict(params) if isinstance(params, dict) else params
+    result = rest.pop("result", None) if isinstance(rest, dict) else None
+    p = validate(_ResultParams, rest)
+    p["result"] = result
     return submit_result(ctx, p["rtc_id"], p)

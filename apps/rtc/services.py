@@ -22,6 +22,7 @@ from apps.gateway.events import item, publish_update
 from apps.sessions.selectors import as_uuid, owned_get
 from apps.sessions.statemachine import apply_transition
 from rtcagent.errors import InvalidRequest, InvalidState, PermissionDenied
+from rtcagent.jsonsafety import check_json, scrub_nul
 
 from .models import RTC_TRANSITIONS, TERMINAL_RTC_STATUSES, Rtc, RtcStatus
 from .serializers import rtc_to_dict
@@ -128,6 +129,11 @@ def rtc_submit_result(
     retried delivery). Results are applied only to unfinished RTCs, by one conditional UPDATE,
     so of two racing submissions exactly one wins. The turn resumes after commit.
     """
+    if success:
+        result, refused = _acceptable_result(result)
+        if refused:
+            success, error = False, refused
+    error = scrub_nul(error)
     with transaction.atomic():
         rtc = _owned(user_id, rtc_id)
         _check_device(rtc, device_id)
@@ -146,6 +152,33 @@ def rtc_submit_result(
                 _resume_after_commit(rtc)
                 return RtcChange(rtc=rtc, updates=_published(rtc))
     return RtcChange(rtc=rtc, duplicate=bool(client_id) and rtc.client_id == client_id)
+
+
+def _acceptable_result(result: Any) -> tuple[Any, str]:
+    """The result to store, or a reason (for the model) why it cannot be kept.
+
+    NUL characters (a binary file read as text) become U+FFFD rather than losing the result;
+    a result nested too deep or larger than ``MAX_RESULT_BYTES`` fails the call with a message
+    that tells the model what to do instead. Either way the submission is answered once, so
+    the browser never retries it.
+    """
+    import orjson
+
+    from rtcagent.conf import rtc_setting
+
+    try:
+        check_json(result, what="result", allow_nul=True)
+    except InvalidRequest as exc:
+        return None, f"[Tool Error] the tool's result was refused: {exc.message}"
+    result = scrub_nul(result)
+    size = len(orjson.dumps(result))
+    limit = int(rtc_setting("MAX_RESULT_BYTES"))
+    if size > limit:
+        return None, (
+            f"[Tool Error] the tool's result was {size} bytes, over the limit of {limit} bytes; "
+            "ask for a smaller part (a range of lines, a narrower search, a summary)"
+        )
+    return result, ""
 
 
 def rtc_timeout(*, rtc_id: uuid.UUID | str) -> int:

@@ -19,13 +19,16 @@ Invariants:
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import orjson
+
 from apps.turns.llm import Cancelled, ChatModel, ReasoningDelta, TextDelta, ToolCall, Usage
 from apps.turns.llm_errors import LLMError
+from rtcagent.errors import InvalidRequest
+from rtcagent.jsonsafety import check_json
 
 log = logging.getLogger(__name__)
 
@@ -88,12 +91,23 @@ class TurnPorts(Protocol):
     def fail(self, error: LLMError) -> None: ...
 
 
-def _parse_arguments(raw: str) -> dict[str, Any] | None:
+def _parse_arguments(raw: str) -> tuple[dict[str, Any] | None, str]:
+    """The call's arguments, or the error the model is told instead.
+
+    Arguments are stored (RTC parameters, the browser's frame), so they pass the same depth
+    and NUL check as every input; orjson refuses absurd nesting without recursing.
+    """
     try:
-        value = json.loads(raw or "{}")
-    except json.JSONDecodeError:
-        return None
-    return value if isinstance(value, dict) else None
+        value = orjson.loads(raw or "{}")
+    except orjson.JSONDecodeError:
+        return None, "[Tool Error] the arguments are not a JSON object"
+    if not isinstance(value, dict):
+        return None, "[Tool Error] the arguments are not a JSON object"
+    try:
+        check_json(value, what="arguments")
+    except InvalidRequest as exc:
+        return None, f"[Tool Error] the arguments were refused: {exc.message}"
+    return value, ""
 
 
 def _add_usage(cp: Checkpoint, usage: Usage | None) -> None:
@@ -202,9 +216,9 @@ def _run_next_call(ports: TurnPorts, cp: Checkpoint) -> bool:
     """Run the next tool call; False when it became an RTC the turn now waits on."""
     call = cp.calls[len(cp.results)]
     ports.record_call(cp.step, call)
-    arguments = _parse_arguments(call["arguments"])
+    arguments, refused = _parse_arguments(call["arguments"])
     if arguments is None:
-        _finish_call(ports, cp, "[Tool Error] the arguments are not a JSON object", "error")
+        _finish_call(ports, cp, refused, "error")
         return True
     if ports.is_server_tool(call["name"]):
         try:

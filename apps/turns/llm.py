@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from apps.turns.llm_errors import LLMError, MissingAPIKey, StreamBroken, classify
+from rtcagent.jsonsafety import scrub_nul
 
 if TYPE_CHECKING:
     import openai
@@ -260,10 +261,11 @@ class OpenAIChat:
                     extra = delta.model_extra or {}
                     # DeepSeek/vLLM call it reasoning_content, OpenRouter and newer vLLM reasoning.
                     reasoning = extra.get("reasoning_content") or extra.get("reasoning")
+                    # NUL cannot be stored (PostgreSQL text and jsonb refuse it): U+FFFD instead.
                     if isinstance(reasoning, str) and reasoning:
-                        yield ReasoningDelta(reasoning)
+                        yield ReasoningDelta(scrub_nul(reasoning))
                     if delta.content:
-                        yield TextDelta(delta.content)
+                        yield TextDelta(scrub_nul(delta.content))
                     for part in delta.tool_calls or []:
                         slot = calls.setdefault(part.index, {"id": "", "name": "", "args": []})
                         if part.id:
@@ -282,9 +284,9 @@ class OpenAIChat:
         for index in sorted(calls):
             slot = calls[index]
             yield ToolCall(
-                id=slot["id"] or f"call_{index}",
-                name=slot["name"],
-                arguments="".join(slot["args"]) or "{}",
+                id=scrub_nul(slot["id"]) or f"call_{index}",
+                name=scrub_nul(slot["name"]),
+                arguments=scrub_nul("".join(slot["args"])) or "{}",
             )
         if usage is not None:
             yield usage

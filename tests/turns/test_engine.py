@@ -10,6 +10,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from apps.turns import engine
 from apps.turns.engine import (
     CANCELLED,
@@ -672,5 +674,23 @@ def test_the_engine_imports_neither_django_nor_channels() -> None:
     modules = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)} | {
         a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
 
-    assert modules == {"__future__", "json", "logging", "dataclasses", "typing",
-                       "apps.turns.llm", "apps.turns.llm_errors"}
+    assert modules == {"__future__", "orjson", "logging", "dataclasses", "typing",
+                       "apps.turns.llm", "apps.turns.llm_errors", "rtcagent.errors",
+                       "rtcagent.jsonsafety"}
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        ('{"path": "/a\\u0000b"}', "contains a NUL character"),
+        ('{"a": ' + "[" * 100 + "]" * 100 + "}", "deeper than 64 levels"),
+        ("[" * 3000 + "]" * 3000, "not a JSON object"),
+        ("[1]", "not a JSON object"),
+    ],
+)
+def test_arguments_that_cannot_be_stored_become_an_error_for_the_model(raw, reason) -> None:
+    from apps.turns.engine import _parse_arguments
+
+    value, refused = _parse_arguments(raw)
+    assert value is None
+    assert refused.startswith("[Tool Error]") and reason in refused
