@@ -184,13 +184,6 @@ SIMPLE_JWT = {
     "UPDATE_LAST_LOGIN": True,
 }
 
-REST_FRAMEWORK = {
-    "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework_simplejwt.authentication.JWTAuthentication",
-    ],
-    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "DEFAULT_THROTTLE_RATES": {"auth": "30/min"},
 # Proxies in front of the web process that append to X-Forwarded-For (Heroku's router: 1). The
 # throttles key a client by the address the last of them saw; 0 ignores the header (REMOTE_ADDR),
 # since the client writes every entry left of the proxies' own and could pick its identity.
@@ -198,6 +191,14 @@ RTC_NUM_PROXIES = env.int("RTC_NUM_PROXIES", default=0)
 if RTC_NUM_PROXIES < 0:
     raise ImproperlyConfigured("RTC_NUM_PROXIES must be 0 or more")
 
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework_simplejwt.authentication.JWTAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_THROTTLE_RATES": {"auth": "30/min"},
+    "NUM_PROXIES": RTC_NUM_PROXIES,
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "rtcagent HTTP API",
@@ -205,7 +206,6 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
 }
 
-    "NUM_PROXIES": RTC_NUM_PROXIES,
 # --- Origins --------------------------------------------------------------------------------
 RTC_ALLOWED_ORIGINS = env.list(
     "RTC_ALLOWED_ORIGINS",

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
+import urllib.error
+import urllib.request
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -19,6 +24,7 @@ from rest_framework.throttling import ScopedRateThrottle
 from apps.accounts.keys import JwtKey, clear_keyring_cache, get_keyring
 from apps.accounts.tokens import decode_access_token, issue_access_token, issue_token_pair
 from tests.accounts.forge import KINDS, claims, forge, sign_with_ring
+from tests.livesrv import ROOT, child_env, free_port
 
 pytestmark = pytest.mark.django_db
 
@@ -101,6 +107,81 @@ def test_obtain_is_throttled_with_the_auth_rate(client: Client) -> None:
     assert response.status_code == 429
     assert response.json()["detail"].startswith("Request was throttled")
     assert int(response["Retry-After"]) > 0
+
+
+def _wrong_passwords(client: Client, forwarded_for: list[str]) -> list[int]:
+    return [
+        client.post(
+            TOKEN_URL, {"email": "gus@example.com", "password": "wrong"},
+            content_type="application/json", headers={"X-Forwarded-For": xff},
+        ).status_code
+        for xff in forwarded_for
+    ]
+
+
+def test_a_rotating_x_forwarded_for_does_not_escape_the_login_throttle(
+    client: Client, make_user: Any
+) -> None:
+    user = make_user("gus@example.com")
+    statuses = _wrong_passwords(client, [f"203.0.113.{i}" for i in range(60)])
+    assert statuses == [401] * 30 + [429] * 30
+    user.refresh_from_db()
+    assert user.last_login is None
+
+
+def test_behind_one_proxy_the_address_it_appended_is_the_client(
+    client: Client, make_user: Any, settings: Any
+) -> None:
+    settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "NUM_PROXIES": 1}
+    make_user("gus@example.com")
+    # The client writes whatever it likes left of the address the proxy appends.
+    spoofed = [f"203.0.113.{i}, 198.51.100.7" for i in range(31)]
+    assert _wrong_passwords(client, spoofed) == [401] * 30 + [429]
+    # Another client behind the same proxy (same REMOTE_ADDR) has its own budget.
+    assert _wrong_passwords(client, ["198.51.100.7, 198.51.100.8"]) == [401]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_procfile_web_process_keys_the_throttle_by_the_peer(make_user: Any) -> None:
+    """Daphne's ``--proxy-headers`` takes the leftmost X-Forwarded-For entry (the client's own
+    words) as the peer, which would re-open the bypass; the Procfile's web command must not."""
+    make_user("gus@example.com")
+    (web,) = [line for line in (ROOT / "Procfile").read_text().splitlines()
+              if line.startswith("web:")]
+    command = web.removeprefix("web:").strip()
+    assert " -b 0.0.0.0 " in command
+    port = free_port()
+    bin_dir = str(Path(sys.executable).parent)
+    env = child_env(PORT=str(port), PATH=f"{bin_dir}:{os.environ['PATH']}")
+    proc = subprocess.Popen(
+        ["sh", "-c", "exec " + command.replace(" -b 0.0.0.0 ", " -b 127.0.0.1 ")],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while proc.poll() is None and time.monotonic() < deadline:
+            try:
+                urllib.request.urlopen(base + "/healthz", timeout=2).close()  # noqa: S310
+                break
+            except OSError:
+                time.sleep(0.1)
+        statuses = []
+        for i in range(31):
+            request = urllib.request.Request(  # noqa: S310
+                base + TOKEN_URL, method="POST",
+                data=b'{"email": "gus@example.com", "password": "wrong"}',
+                headers={"Content-Type": "application/json", "X-Forwarded-For": f"203.0.113.{i}"},
+            )
+            try:
+                urllib.request.urlopen(request, timeout=10).close()  # noqa: S310
+                statuses.append(200)
+            except urllib.error.HTTPError as exc:
+                statuses.append(exc.code)
+        assert statuses == [401] * 30 + [429]
+    finally:
+        proc.terminate()
+        proc.wait(10)
 
 
 def test_refresh_returns_a_new_access_token(client: Client, make_user: Any) -> None:
