@@ -1,4 +1,10 @@
-"""Channel-layer sends from synchronous code (services, the worker).
+"""The channel layer: channels-redis on rtcagent's pools, and sends from synchronous code.
+
+``RedisChannelLayer`` is channels-redis with one bounded *blocking* pool per event loop
+(``rtcagent.redis.async_pool``): channels-redis's own pool fails at once beyond 100 connections,
+so a burst of connects (each joins three groups) closed sockets with 1011 instead of waiting.
+
+Sends from synchronous code (services, the worker):
 
 ``async_to_sync(layer.group_send)`` would start a new event loop per call, and channels-redis
 keeps its connection pools per loop, so every send would open fresh Redis connections (about
@@ -13,9 +19,22 @@ import threading
 from typing import Any
 
 from channels.layers import get_channel_layer
+from channels_redis.core import RedisChannelLayer as _RedisChannelLayer
+from redis.asyncio import ConnectionPool
+
+from rtcagent.redis import async_pool
 
 _lock = threading.Lock()
 _loop: asyncio.AbstractEventLoop | None = None
+
+
+class RedisChannelLayer(_RedisChannelLayer):
+    """channels-redis whose per-loop pools are bounded and blocking (see the module docstring).
+    A host entry is ``{"address": url, **connection options}``."""
+
+    def create_pool(self, index: int) -> ConnectionPool:
+        host = dict(self.hosts[index])
+        return async_pool(host.pop("address"), **host)
 
 
 def _background_loop() -> asyncio.AbstractEventLoop:

@@ -130,18 +130,25 @@ if not REDIS_URL:
     EMBEDDED_VALKEY = True
 else:
     EMBEDDED_VALKEY = False
+# Every Redis pool (rtcagent.redis, the cache, the channel layer: one per process or event loop)
+# holds at most this many connections and, when all are busy, makes a command wait this many
+# seconds for one instead of failing (redis-py's default fails at once at 100).
+RTC_REDIS_MAX_CONNECTIONS = env.int("RTC_REDIS_MAX_CONNECTIONS", default=50)
+RTC_REDIS_POOL_TIMEOUT = env.float("RTC_REDIS_POOL_TIMEOUT", default=10.0)
+_REDIS_POOL = {"max_connections": RTC_REDIS_MAX_CONNECTIONS, "timeout": RTC_REDIS_POOL_TIMEOUT}
 
 CACHES = {  # shared by every process (throttles, rate limits)
     "default": {
         "BACKEND": "django.core.cache.backends.redis.RedisCache",
         "LOCATION": REDIS_URL,
         "KEY_PREFIX": "rtc:cache",
+        "OPTIONS": {"pool_class": "redis.BlockingConnectionPool", **_REDIS_POOL},
     }
 }
 
 CHANNEL_LAYERS = {
     "default": {
-        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "BACKEND": "rtcagent.layer.RedisChannelLayer",  # blocking pools, see rtcagent.layer
         "CONFIG": {
             # redis-py 8 defaults to a 5 s socket timeout, the same as channels-redis's blocking
             # BZPOPMIN, so an idle consumer would die with "Timeout reading"; give it room.
