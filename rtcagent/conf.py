@@ -40,3 +40,15 @@ def rtc_setting(name: str) -> Any:
     if name in overrides:
         return overrides[name]
     return DEFAULTS[name]
+
+
+def wire_limits() -> dict[str, int]:
+    """The input limits every client is told at connect (``data.limits``) and the server
+    enforces. A result must fit in a frame with its envelope, so its limit never exceeds the
+    frame limit less a margin for the rest of the command."""
+    frame = int(rtc_setting("MAX_FRAME_BYTES"))
+    return {
+        "max_frame_bytes": frame,
+        "max_result_bytes": max(0, min(int(rtc_setting("MAX_RESULT_BYTES")), frame - 4096)),
+        "max_json_depth": int(rtc_setting("MAX_JSON_DEPTH")),
+    }

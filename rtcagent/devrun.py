@@ -31,9 +31,7 @@ def main() -> int:
     py = sys.executable
     children = [
         subprocess.Popen(  # noqa: S603 - fixed commands
-            [py, "-m", "daphne", "-b", "127.0.0.1", "-p", port,
-             "--websocket-max-message-size", str(2 * 1024 * 1024),
-             "rtcagent.asgi:application"],
+            [py, "-m", "rtcagent.serve", "-b", "127.0.0.1", "-p", port],
             cwd=ROOT, env=env,
         ),
         subprocess.Popen([py, "manage.py", "rtc_worker"], cwd=ROOT, env=env),  # noqa: S603

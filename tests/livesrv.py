@@ -77,8 +77,7 @@ def start_daphne(log_dir: Path, port: int = 0, **env: str) -> LiveServer:
     port = port or free_port()
     log = log_dir / f"daphne-{port}.log"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-         "rtcagent.asgi:application"],
+        [sys.executable, "-m", "rtcagent.serve", "-b", "127.0.0.1", "-p", str(port)],
         cwd=ROOT,
         env=child_env(**env),
         stdout=log.open("wb"),

@@ -34,7 +34,7 @@ from django.conf import settings
 from django.db import DataError
 
 from rtcagent import keys
-from rtcagent.conf import rtc_setting
+from rtcagent.conf import rtc_setting, wire_limits
 from rtcagent.errors import InvalidRequest, RtcError
 
 from . import protocol as P
@@ -221,7 +221,7 @@ class GatewayConsumer(AsyncWebsocketConsumer):
             "version": "rtcagent/1",
             "ping": int(rtc_setting("PING_INTERVAL")) or 1,
             "pong": True,
-            "data": {"user_id": uid},
+            "data": {"user_id": uid, "limits": wire_limits()},
             "subs": {
                 topic: start.as_subscribe_result(),
                 keys.live_channel(uid): {"recoverable": False, "positioned": False},

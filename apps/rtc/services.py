@@ -164,7 +164,7 @@ def _acceptable_result(result: Any) -> tuple[Any, str]:
     """
     import orjson
 
-    from rtcagent.conf import rtc_setting
+    from rtcagent.conf import wire_limits
 
     try:
         check_json(result, what="result", allow_nul=True)
@@ -172,7 +172,7 @@ def _acceptable_result(result: Any) -> tuple[Any, str]:
         return None, f"[Tool Error] the tool's result was refused: {exc.message}"
     result = scrub_nul(result)
     size = len(orjson.dumps(result))
-    limit = int(rtc_setting("MAX_RESULT_BYTES"))
+    limit = wire_limits()["max_result_bytes"]
     if size > limit:
         return None, (
             f"[Tool Error] the tool's result was {size} bytes, over the limit of {limit} bytes; "

@@ -86,4 +86,5 @@ async def test_a_frame_nested_past_the_decoder_limit_closes_as_bad_request(
                   + "}}")
     code, pushes = await _closed_with(ws)
     assert code == 3501
+    assert pushes[-1]["push"]["disconnect"] == {"code": 3501, "reason": "bad request: invalid JSON"}
     assert await sync_to_async(_stored)(user.id) == (0, 0, 0)

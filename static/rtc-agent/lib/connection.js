@@ -31,6 +31,8 @@ export class Connection {
     this.token = '';
     this.handlers = { onState, onSubscribed, onTopic, onLive };
     this.client = null;
+    // The server's limits (connect reply `data.limits`); the defaults are the server's own.
+    this.limits = { max_frame_bytes: 4 * 1024 * 1024, max_result_bytes: 2 * 1024 * 1024 };
   }
 
   async token_() { this.token = await this._getToken(); return this.token; }
@@ -50,7 +52,10 @@ export class Connection {
     }
     const state = (s) => this.handlers.onState(s);
     client.on('connecting', () => state('connecting'));
-    client.on('connected', () => state('connected'));
+    client.on('connected', (ctx) => {
+      if (ctx && ctx.data && ctx.data.limits) this.limits = ctx.data.limits;
+      state('connected');
+    });
     client.on('disconnected', () => state('disconnected'));
     client.on('subscribed', (ctx) => { if (ctx.channel === topic) this.handlers.onSubscribed(ctx); });
     client.on('publication', (ctx) => {

@@ -7,6 +7,7 @@
 //   (its stored result is delivered), and one interrupted by a reload is reported as failed
 //   rather than silently repeated.
 import { uuid } from './ids.js';
+import { fitResult } from './outbox.js';
 
 const TERMINAL = new Set(['completed', 'failed', 'timeout', 'rejected']);
 
@@ -83,7 +84,7 @@ export class Executor {
   }
 
   async finish(rtc, body) {
-    const entry = { rtc_id: rtc.id, body: { ...body, client_id: uuid() }, attempts: 0, created: Date.now() };
+    const entry = { rtc_id: rtc.id, body: fitResult({ ...body, client_id: uuid() }, this.conn.limits), attempts: 0, created: Date.now() };
     await this.db.putMany([['outbox', entry], ['runs', { rtc_id: rtc.id, state: 'finished', at: Date.now() }]]);
     this.outbox.onChange();
     await this.outbox.deliver(rtc.id);

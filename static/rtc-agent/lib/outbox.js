@@ -5,6 +5,22 @@
 // that can never succeed (the RTC is gone or not ours) drop an entry.
 const PERMANENT = new Set(['rtc.not_found', 'permission_denied', 'invalid_request']);
 
+// A result larger than the server keeps (connect reply `data.limits.max_result_bytes`) would be
+// refused, or its frame dropped, on every attempt: send once an error the model can act on.
+export function fitResult(body, limits) {
+  const max = limits && limits.max_result_bytes;
+  if (!max || !body || !body.success) return body;
+  const size = new TextEncoder().encode(JSON.stringify(body.result ?? null)).length;
+  if (size <= max) return body;
+  return {
+    success: false,
+    result: null,
+    error: `[Tool Error] the tool's result was ${size} bytes, over the limit of ${max} bytes; ` +
+      'ask for a smaller part (a range of lines, a narrower search, a summary)',
+    client_id: body.client_id,
+  };
+}
+
 export class Outbox {
   constructor({ db, conn, server, onChange }) {
     this.db = db;
