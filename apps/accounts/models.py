@@ -33,6 +33,8 @@ class UserManager(BaseUserManager["User"]):
 class User(AbstractUser):
     username = None  # type: ignore[assignment]
     email = models.EmailField("email address", unique=True)
+    # Tokens issued before this instant are refused everywhere (HTTP, the gateway, refresh).
+    tokens_valid_after = models.DateTimeField(null=True, blank=True, editable=False)
 
     USERNAME_FIELD = "email"
     REQUIRED_FIELDS: list[str] = []

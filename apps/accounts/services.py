@@ -101,3 +101,39 @@ def dev_admin_ensure(*, var_dir: Path) -> DevAdminLogin:
         .values_list("email", flat=True)
     )
     return DevAdminLogin(path=path, superusers=superusers)
+
+
+# --- revocation and deactivation ------------------------------------------------------------
+
+
+def user_revoke_tokens(*, user_id: int) -> bool:
+    """Refuse every token issued to the user so far (access and refresh, on HTTP, on the gateway
+    and at refresh) and close the user's open sockets after commit. Returns whether the user
+    exists. Tokens carry ``iat`` in whole seconds, so one issued in the same second as the
+    revocation is refused too: the client logs in again."""
+    from django.utils import timezone
+
+    from apps.gateway.events import disconnect_user
+
+    with transaction.atomic():
+        found = get_user_model().objects.filter(pk=user_id).update(
+            tokens_valid_after=timezone.now()
+        )
+        if found:
+            transaction.on_commit(
+                lambda: disconnect_user(user_id, reason="tokens revoked"), robust=True
+            )
+    return bool(found)
+
+
+def user_set_active(*, user_id: int, active: bool) -> bool:
+    """Activate or deactivate a user; a deactivated user's sockets are closed after commit."""
+    from apps.gateway.events import disconnect_user
+
+    with transaction.atomic():
+        found = get_user_model().objects.filter(pk=user_id).update(is_active=active)
+        if found and not active:
+            transaction.on_commit(
+                lambda: disconnect_user(user_id, reason="user deactivated"), robust=True
+            )
+    return bool(found)

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.contrib.auth import get_user_model
-
 
 @dataclass(frozen=True)
 class Identity:
     user_id: int
     exp: float  # 0 when the token does not expire
     device_id: str = ""
+    iat: float = 0.0  # when the token was issued (checked against the user's revocation)
 
 
 class TokenRejected(Exception):
@@ -28,7 +27,13 @@ def authenticate(token: object) -> Identity:
         raise TokenRejected(expired=False)
     try:
         claims = decode_access_token(token)
-        user_id = int(claims["sub"])
+        sub = claims["sub"]
+        if not isinstance(sub, str | int) or isinstance(sub, bool):
+            raise TypeError("sub")
+        user_id = int(sub)
+        if user_id <= 0 or user_id > 2**63 - 1:
+            raise ValueError("sub")
+        iat = float(claims.get("iat") or 0)
     except TokenExpired:
         raise TokenRejected(expired=True) from None
     except (TokenInvalid, KeyError, TypeError, ValueError):
@@ -37,8 +42,12 @@ def authenticate(token: object) -> Identity:
         user_id=user_id,
         exp=float(claims.get("exp") or 0),
         device_id=str(claims.get("device_id") or ""),
+        iat=iat,
     )
 
 
-def user_is_active(user_id: int) -> bool:
-    return get_user_model().objects.filter(pk=user_id, is_active=True).exists()
+def identity_valid(identity: Identity) -> bool:
+    """The token's user still exists, is active and has not revoked the token (one read)."""
+    from apps.accounts.selectors import user_token_valid
+
+    return user_token_valid(user_id=identity.user_id, issued_at=identity.iat)

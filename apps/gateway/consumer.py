@@ -39,7 +39,7 @@ from rtcagent.errors import InvalidRequest, RtcError
 
 from . import protocol as P
 from . import recovery, registry, stream
-from .auth import Identity, TokenRejected, authenticate, user_is_active
+from .auth import Identity, TokenRejected, authenticate, identity_valid
 
 log = logging.getLogger(__name__)
 
@@ -193,7 +193,7 @@ class GatewayConsumer(AsyncWebsocketConsumer):
                 return
             await self.disconnect_with(P.DISCONNECT_INVALID_TOKEN)
             return
-        if not await db_hop(user_is_active)(identity.user_id):
+        if not await db_hop(identity_valid)(identity):
             await self.disconnect_with(P.DISCONNECT_INVALID_TOKEN)
             return
         uid = identity.user_id
@@ -252,7 +252,7 @@ class GatewayConsumer(AsyncWebsocketConsumer):
         if identity.user_id != self.identity.user_id:
             await self.disconnect_with(P.DISCONNECT_INVALID_TOKEN, "token of another user")
             return
-        if not await db_hop(user_is_active)(identity.user_id):
+        if not await db_hop(identity_valid)(identity):
             await self.disconnect_with(P.DISCONNECT_INVALID_TOKEN)
             return
         self.identity = identity
@@ -282,7 +282,22 @@ class GatewayConsumer(AsyncWebsocketConsumer):
             if self.awaiting_pong:
                 await self.disconnect_with(P.DISCONNECT_NO_PONG)
                 return
-            await self._poll_watermark()
+            await self._recheck_identity()
+            if not self.closed:
+                await self._poll_watermark()
+
+    async def _recheck_identity(self) -> None:
+        """The user may have been deleted, deactivated or had its tokens revoked since connect:
+        the bell of ``events.disconnect_user`` may be lost (the channel layer is at most once),
+        so every ping tick asks the database too. A database hiccup keeps the connection."""
+        assert self.identity is not None
+        try:
+            valid = await db_hop(identity_valid)(self.identity)
+        except Exception:
+            log.warning("re-checking user %s failed", self.identity.user_id, exc_info=True)
+            return
+        if not valid:
+            await self.disconnect_with(P.DISCONNECT_INVALID_TOKEN, "token no longer valid")
 
     async def _poll_watermark(self) -> None:
         assert self.identity is not None

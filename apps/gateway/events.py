@@ -50,3 +50,21 @@ def publish_live(user_id: int, data: dict[str, Any]) -> None:
         layer.group_send(keys.live_group(user_id), {"type": "live.publication", "data": data})
     except Exception:
         log.exception("live publication failed for user %s", user_id)
+
+
+def disconnect_user(user_id: int, *, reason: str, code: int | None = None) -> None:
+    """Close every open socket of the user (deactivated, deleted, tokens revoked).
+
+    The channel layer delivers at most once, so this is the fast path only: each connection
+    also re-checks its user on every ping tick (``GatewayConsumer._recheck_identity``).
+    """
+    from .protocol import DISCONNECT_INVALID_TOKEN
+
+    try:
+        layer.group_send(
+            keys.user_group(user_id),
+            {"type": "user.disconnect", "code": code or DISCONNECT_INVALID_TOKEN,
+             "reason": reason},
+        )
+    except Exception:
+        log.exception("could not ring the disconnect of user %s", user_id)
