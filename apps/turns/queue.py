@@ -19,11 +19,25 @@ another):
 * A claim never depends on a notification: the bell (a list workers block on) only shortens the
   wait; claims read ``ready`` itself, and workers also poll it.
 * A holder takes at most ``max_items`` items per hold, then ``yield_session`` puts the session at
-  the back of ``ready`` so one busy session cannot starve the others.
+  the back of its owner's sessions in ``ready`` so one busy session cannot starve the others.
 * While a turn of the session waits on the browser the session is *parked*: ``take`` hands out
   resume items only, so messages sent meanwhile queue behind the turn, in order. ``unpark``
   (when the turn ends) makes them takeable again. The database stays the judge: a worker that
   finds an active turn anyway parks the session and puts the message back.
+* Users are served round robin, whatever their number of sessions: ``ready`` is ordered by a
+  virtual time, not a clock. A session that becomes ready gets the tag ``max(vclock, its
+  owner's last tag + 1)``; a claim takes the lowest free tag and moves ``vclock`` up to it. So a
+  user has at most one session per round, and a newcomer enters at the current round: it waits
+  behind at most one session per other user, never behind a backlog. A session enqueued while
+  held is put in ``ready`` at ``vclock`` without a tag (its holder drains it; the score only
+  matters if the holder dies), so a busy session does not push its owner's later work back.
+* A holder gives the session up inside ``take`` (``take`` returns None, the lock released, the
+  session re-tagged with its work intact) once it took ``quantum`` items while a session of
+  another user with a lower or equal tag waits unclaimed. A hold's first item is always handed
+  out, so every claim makes progress.
+* The owner of a session is recorded by the enqueues that know it (``user_id``), for the
+  scripts that make a session ready without being told (sweep, yield, unpark, other callers);
+  sessions with no recorded owner share one bucket.
 """
 
 from __future__ import annotations
@@ -40,15 +54,51 @@ P = "rtc:q"
 READY = f"{P}:ready"
 BELL = f"{P}:bell"
 HELD = f"{P}:held"  # zset: session -> lease deadline (ms), for the sweeper
+VCLOCK = f"{P}:vclock"  # the tag of the latest claim: the current round of the fair order
+OWNER_TTL = 30 * 86400  # seconds an owner record outlives the session's last enqueue
+FAIR_QUANTUM = 1  # items a hold takes before it gives way to another user's waiting session
+FAIR_SCAN = 64  # waiting sessions a take looks at to find another user's
 
 
 def _k(session_id: str, part: str) -> str:
     return f"{P}:s:{{{session_id}}}:{part}"
 
 
-_ENQUEUE = """
+def _u(owner: str, part: str) -> str:
+    return f"{P}:u:{{{owner}}}:{part}"
+
+
+# The fair order (see the module docstring). A user's ``last`` tag expires a day after its last
+# use: by then the clock has long passed it. An unknown owner is the shared bucket ``_``.
+_FAIR = """
+local function owner_of(sid)
+  return redis.call('GET', 'rtc:q:s:{' .. sid .. '}:user') or '_'
+end
+local function next_tag(sid)
+  local tag = tonumber(redis.call('GET', 'rtc:q:vclock') or '0')
+  local last = redis.call('GET', 'rtc:q:u:{' .. owner_of(sid) .. '}:last')
+  if last and tonumber(last) + 1 > tag then tag = tonumber(last) + 1 end
+  return tag
+end
+local function make_ready(sid, again)
+  if not again and redis.call('ZSCORE', 'rtc:q:ready', sid) then return end
+  local tag = next_tag(sid)
+  redis.call('SET', 'rtc:q:u:{' .. owner_of(sid) .. '}:last', tag, 'EX', 86400)
+  redis.call('ZADD', 'rtc:q:ready', tag, sid)
+end
+"""
+
+
+# KEYS: list, ready, bell, owner, lock. ARGV: item, session id, user id or "", owner ttl.
+_ENQUEUE = _FAIR + """
 redis.call('RPUSH', KEYS[1], ARGV[1])
-redis.call('ZADD', KEYS[2], 'NX', ARGV[2], ARGV[3])
+if ARGV[3] ~= '' then redis.call('SET', KEYS[4], ARGV[3], 'EX', ARGV[4])
+else redis.call('EXPIRE', KEYS[4], ARGV[4]) end
+if redis.call('EXISTS', KEYS[5]) == 1 then
+  redis.call('ZADD', KEYS[2], 'NX', redis.call('GET', 'rtc:q:vclock') or '0', ARGV[2])
+else
+  make_ready(ARGV[2], false)
+end
 redis.call('LPUSH', KEYS[3], '1')
 redis.call('LTRIM', KEYS[3], 0, 63)
 return 1
@@ -66,26 +116,67 @@ local function requeue_inflight(base)
 end
 """
 
-# KEYS: ready, held. ARGV: token, lease_ms, now_ms, scan. Returns a session id or false.
+# KEYS: ready, held, vclock. ARGV: token, lease_ms, now_ms, scan. Returns a session id or false.
 # An ``inflight`` item found under a free lock is a dead holder's (its lease ran out before any
 # sweep): it goes back to the head of its list, or this holder's first ``take`` would drop it.
 _CLAIM = _REQUEUE_INFLIGHT + """
-local ids = redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[4]) - 1)
-for _, sid in ipairs(ids) do
+local ids = redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[4]) - 1, 'WITHSCORES')
+for i = 1, #ids, 2 do
+  local sid = ids[i]
   local base = 'rtc:q:s:{' .. sid .. '}:'
   if redis.call('SET', base .. 'lock', ARGV[1], 'NX', 'PX', ARGV[2]) then
     requeue_inflight(base)
     redis.call('ZREM', KEYS[1], sid)
     redis.call('ZADD', KEYS[2], tonumber(ARGV[3]) + tonumber(ARGV[2]), sid)
+    if tonumber(ids[i + 1]) > tonumber(redis.call('GET', KEYS[3]) or '0') then
+      redis.call('SET', KEYS[3], ids[i + 1])
+    end
     return sid
   end
 end
 return false
 """
 
-# KEYS: lock, resume, msg, inflight, held, ready, parked. ARGV: token, session id.
-_TAKE = """
+# True when a free session of another user is due no later than ``sid`` would be if re-tagged.
+_OTHER_USER_DUE = """
+local function other_user_due(sid, scan)
+  local me = owner_of(sid)
+  local ids = redis.call('ZRANGEBYSCORE', 'rtc:q:ready', '-inf', next_tag(sid), 'LIMIT', 0, scan)
+  for _, other in ipairs(ids) do
+    if other ~= sid and redis.call('EXISTS', 'rtc:q:s:{' .. other .. '}:lock') == 0
+        and owner_of(other) ~= me then
+      return true
+    end
+  end
+  return false
+end
+"""
+
+# The holder lets the session go: its un-acknowledged item back at the head of its list, the
+# session at the back of its owner's round while work remains.
+_GIVE_UP = _FAIR + _REQUEUE_INFLIGHT + """
+local function give_up(sid)
+  local base = 'rtc:q:s:{' .. sid .. '}:'
+  redis.call('DEL', base .. 'lock')
+  redis.call('ZREM', 'rtc:q:held', sid)
+  requeue_inflight(base)
+  if redis.call('LLEN', base .. 'resume') + redis.call('LLEN', base .. 'msg') > 0 then
+    make_ready(sid, true)
+  end
+end
+"""
+
+# KEYS: lock, resume, msg, inflight, held, ready, parked. ARGV: token, session id, items taken
+# in this hold, quantum, scan.
+_TAKE = _GIVE_UP + _OTHER_USER_DUE + """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {'lost'} end
+local takeable = redis.call('LLEN', KEYS[2]) > 0
+  or (redis.call('EXISTS', KEYS[7]) == 0 and redis.call('LLEN', KEYS[3]) > 0)
+if takeable and tonumber(ARGV[3]) >= tonumber(ARGV[4])
+    and other_user_due(ARGV[2], tonumber(ARGV[5])) then
+  give_up(ARGV[2])
+  return {'yielded'}
+end
 local item = redis.call('LPOP', KEYS[2])
 local src = 'resume'
 if not item and redis.call('EXISTS', KEYS[7]) == 0 then
@@ -116,25 +207,15 @@ redis.call('ZADD', KEYS[2], tonumber(ARGV[3]) + tonumber(ARGV[2]), ARGV[4])
 return 1
 """
 
-# KEYS: lock, held, ready, resume, msg, inflight. ARGV: token, session id, now_ms.
-_YIELD = """
+# KEYS: lock. ARGV: token, session id.
+_YIELD = _GIVE_UP + """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-redis.call('DEL', KEYS[1])
-redis.call('ZREM', KEYS[2], ARGV[2])
-if redis.call('EXISTS', KEYS[6]) == 1 then
-  local f = cjson.decode(redis.call('GET', KEYS[6]))
-  if f.src == 'resume' then redis.call('LPUSH', KEYS[4], f.item)
-  else redis.call('LPUSH', KEYS[5], f.item) end
-  redis.call('DEL', KEYS[6])
-end
-if redis.call('LLEN', KEYS[4]) + redis.call('LLEN', KEYS[5]) > 0 then
-  redis.call('ZADD', KEYS[3], ARGV[3], ARGV[2])
-end
+give_up(ARGV[2])
 return 1
 """
 
 # KEYS: held, ready. ARGV: now_ms. Requeues the work of sessions whose holder vanished.
-_SWEEP = _REQUEUE_INFLIGHT + """
+_SWEEP = _FAIR + _REQUEUE_INFLIGHT + """
 local out = {}
 local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
 for _, sid in ipairs(expired) do
@@ -143,7 +224,7 @@ for _, sid in ipairs(expired) do
     requeue_inflight(base)
     redis.call('ZREM', KEYS[1], sid)
     if redis.call('LLEN', base .. 'resume') + redis.call('LLEN', base .. 'msg') > 0 then
-      redis.call('ZADD', KEYS[2], ARGV[1], sid)
+      make_ready(sid, false)
     end
     table.insert(out, sid)
   end
@@ -156,23 +237,33 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def enqueue(session_id: str, item: dict[str, Any], *, resume: bool = False) -> None:
-    """Append work for a session; resume items are always taken before messages."""
+def enqueue(
+    session_id: str, item: dict[str, Any], *, resume: bool = False, user_id: object = None
+) -> None:
+    """Append work for a session; resume items are always taken before messages.
+
+    ``user_id`` records the session's owner for the fair order; without it the owner recorded
+    by an earlier enqueue is used.
+    """
     get_redis().eval(
-        _ENQUEUE, 3,
-        _k(session_id, "resume" if resume else "msg"), READY, BELL,
-        json.dumps(item), _now_ms(), session_id,
+        _ENQUEUE, 5,
+        _k(session_id, "resume" if resume else "msg"), READY, BELL, _k(session_id, "user"),
+        _k(session_id, "lock"),
+        json.dumps(item), session_id, "" if user_id is None else str(user_id), OWNER_TTL,
     )
 
 
-def enqueue_message(session_id: object, message_id: object) -> None:
+def enqueue_message(session_id: object, message_id: object, *, user_id: object = None) -> None:
     """Queue the turn for a user message (behind any turn of the session still open)."""
-    enqueue(str(session_id), {"kind": "message", "message_id": str(message_id)})
+    enqueue(str(session_id), {"kind": "message", "message_id": str(message_id)}, user_id=user_id)
 
 
-def enqueue_resume(session_id: object, turn_id: object) -> None:
+def enqueue_resume(session_id: object, turn_id: object, *, user_id: object = None) -> None:
     """Queue the continuation of a turn (its RTC finished, or nobody was running it)."""
-    enqueue(str(session_id), {"kind": "resume", "turn_id": str(turn_id)}, resume=True)
+    enqueue(
+        str(session_id), {"kind": "resume", "turn_id": str(turn_id)}, resume=True,
+        user_id=user_id,
+    )
 
 
 def pending(session_id: str) -> dict[str, int]:
@@ -184,10 +275,11 @@ def pending(session_id: str) -> dict[str, int]:
     }
 
 
-_UNPARK = """
+# KEYS: parked, msg, lock, ready, bell. ARGV: session id.
+_UNPARK = _FAIR + """
 redis.call('DEL', KEYS[1])
 if redis.call('LLEN', KEYS[2]) > 0 and redis.call('EXISTS', KEYS[3]) == 0 then
-  redis.call('ZADD', KEYS[4], 'NX', ARGV[1], ARGV[2])
+  make_ready(ARGV[1], false)
   redis.call('LPUSH', KEYS[5], '1')
 end
 return 1
@@ -203,7 +295,7 @@ def unpark(session_id: str) -> None:
     """The session's turn ended: its queued messages may run."""
     get_redis().eval(
         _UNPARK, 5, _k(session_id, "parked"), _k(session_id, "msg"), _k(session_id, "lock"),
-        READY, BELL, _now_ms(), session_id,
+        READY, BELL, session_id,
     )
 
 
@@ -224,21 +316,31 @@ class Hold:
     token: str
     lease_ms: int
     lost: bool = False
+    quantum: int = FAIR_QUANTUM
+    taken: int = 0  # items handed out in this hold
+    yielded: bool = False  # the last ``take`` gave the session way to another user's
 
     def _keys(self, *parts: str) -> list[str]:
         return [_k(self.session_id, p) for p in parts]
 
     def take(self) -> dict[str, Any] | None:
-        """The next item (resume first), or None: then the lock is already released."""
+        """The next item (resume first), or None: then the lock is already released.
+
+        None also when the session gave way to another user's (``yielded``): its work is back
+        in ``ready``, intact, for the next claim.
+        """
         res = get_redis().eval(
             _TAKE, 7, *self._keys("lock", "resume", "msg", "inflight"), HELD, READY,
-            _k(self.session_id, "parked"), self.token, self.session_id,
+            _k(self.session_id, "parked"),
+            self.token, self.session_id, self.taken, self.quantum, FAIR_SCAN,
         )
         if res[0] == "lost":
             self.lost = True
             return None
-        if res[0] == "empty":
+        if res[0] in ("empty", "yielded"):
+            self.yielded = res[0] == "yielded"
             return None
+        self.taken += 1
         return json.loads(res[1])
 
     def ack(self) -> bool:
@@ -256,18 +358,16 @@ class Hold:
         return ok
 
     def yield_session(self) -> None:
-        """Give the session up while it still has work: it goes to the back of ``ready``."""
-        get_redis().eval(
-            _YIELD, 6, _k(self.session_id, "lock"), HELD, READY,
-            *self._keys("resume", "msg", "inflight"), self.token, self.session_id, _now_ms(),
-        )
+        """Give the session up while it still has work: it goes to the back of its owner's
+        sessions in ``ready`` (the unacknowledged item, if any, back at the head of its list)."""
+        get_redis().eval(_YIELD, 1, _k(self.session_id, "lock"), self.token, self.session_id)
 
 
-def claim(*, lease_ms: int, scan: int = 200) -> Hold | None:
-    """Take the lock of the oldest ready session that nobody holds."""
+def claim(*, lease_ms: int, scan: int = 200, quantum: int = FAIR_QUANTUM) -> Hold | None:
+    """Take the lock of the ready session first in the fair order that nobody holds."""
     token = secrets.token_hex(8)
-    sid = get_redis().eval(_CLAIM, 2, READY, HELD, token, lease_ms, _now_ms(), scan)
-    return Hold(str(sid), token, lease_ms) if sid else None
+    sid = get_redis().eval(_CLAIM, 3, READY, HELD, VCLOCK, token, lease_ms, _now_ms(), scan)
+    return Hold(str(sid), token, lease_ms, quantum=max(1, quantum)) if sid else None
 
 
 def wait_for_bell(timeout: float) -> None:

@@ -49,8 +49,11 @@ def test_key_names_match_the_lua_scripts() -> None:
     assert queue.READY == "rtc:q:ready"
     assert queue.BELL == "rtc:q:bell"
     assert queue.HELD == "rtc:q:held"
+    assert queue.VCLOCK == "rtc:q:vclock"
     assert queue._k("s-1", "lock") == "rtc:q:s:{s-1}:lock"
     assert queue._k("s-1", "inflight") == "rtc:q:s:{s-1}:inflight"
+    assert queue._k("s-1", "user") == "rtc:q:s:{s-1}:user"
+    assert queue._u("7", "last") == "rtc:q:u:{7}:last"
 
 
 def test_resume_items_are_taken_before_messages_fifo_within_each(redis_client: Any) -> None:
@@ -469,17 +472,25 @@ def test_requeue_front_puts_the_message_back_at_the_head(redis_client: Any) -> N
     assert _drain(_claim()) == [{"n": "m1"}, {"n": "m2"}]
 
 
-def _race(redis_client: Any, *, sessions: int, per_session: int, max_items: int) -> None:
+def _race(
+    redis_client: Any, *, sessions: int, per_session: int, max_items: int, users: int = 0
+) -> None:
     """Two claimers loop over the queue while a producer enqueues the second half of the work;
-    each item is "processed" briefly while the session is held."""
+    each item is "processed" briefly while the session is held. With ``users`` the sessions
+    belong to that many owners, so holds also give way to other users inside ``take``."""
+
+    def owner(s: int) -> int | None:
+        return s % users if users else None
+
     for n in range(per_session // 2):
         for s in range(sessions):
-            queue.enqueue(f"s{s:02d}", {"s": s, "n": n})
+            queue.enqueue(f"s{s:02d}", {"s": s, "n": n}, user_id=owner(s))
     mu = threading.Lock()
     active: set[str] = set()
     processed: list[tuple[int, int]] = []
     overlaps: list[str] = []
     lost: list[str] = []
+    gave_way: list[str] = []
     errors: list[BaseException] = []
     total = sessions * per_session
     deadline = time.monotonic() + 15
@@ -487,7 +498,7 @@ def _race(redis_client: Any, *, sessions: int, per_session: int, max_items: int)
     def produce() -> None:
         for n in range(per_session // 2, per_session):
             for s in range(sessions):
-                queue.enqueue(f"s{s:02d}", {"s": s, "n": n})
+                queue.enqueue(f"s{s:02d}", {"s": s, "n": n}, user_id=owner(s))
 
     def claimer() -> None:
         try:
@@ -521,6 +532,8 @@ def _race(redis_client: Any, *, sessions: int, per_session: int, max_items: int)
                         active.discard(hold.session_id)
                 if hold.lost:
                     lost.append(hold.session_id)
+                if hold.yielded:
+                    gave_way.append(hold.session_id)
         except BaseException as exc:  # surfaced by the assertions below
             errors.append(exc)
 
@@ -534,13 +547,17 @@ def _race(redis_client: Any, *, sessions: int, per_session: int, max_items: int)
     assert errors == []
     assert overlaps == []
     assert lost == []
+    assert bool(gave_way) == bool(users)
     assert len(processed) == total
     assert sorted(processed) == [(s, n) for s in range(sessions) for n in range(per_session)]
     for s in range(sessions):  # one holder at a time keeps each session in order
         assert [n for ps, n in processed if ps == s] == list(range(per_session))
     assert redis_client.zcard(queue.READY) == 0
     assert redis_client.zcard(queue.HELD) == 0
-    assert redis_client.keys("rtc:q:s:*") == []
+    # Only the owner records stay (they expire with OWNER_TTL).
+    assert sorted(redis_client.keys("rtc:q:s:*")) == (
+        sorted(queue._k(f"s{s:02d}", "user") for s in range(sessions)) if users else []
+    )
 
 
 def test_two_claimers_never_hold_a_session_at_once_and_take_every_item_once(
@@ -551,6 +568,13 @@ def test_two_claimers_never_hold_a_session_at_once_and_take_every_item_once(
 
 def test_two_claimers_on_one_busy_session_never_hold_it_at_once(redis_client: Any) -> None:
     _race(redis_client, sessions=1, per_session=300, max_items=3)
+
+
+def test_two_claimers_over_sessions_of_several_users_keep_every_invariant(
+    redis_client: Any,
+) -> None:
+    # Holds now also end inside ``take`` when another user's session is due.
+    _race(redis_client, sessions=40, per_session=10, max_items=5, users=4)
 
 
 def test_wait_for_bell_returns_promptly_after_an_enqueue_in_another_thread(
