@@ -206,6 +206,12 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_THROTTLE_RATES": {"auth": "30/min"},
     "NUM_PROXIES": RTC_NUM_PROXIES,
+    "DEFAULT_PARSER_CLASSES": [
+        "rtcagent.parsers.JSONParser",  # orjson + the depth and NUL check: 400, never a 500
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
+    "EXCEPTION_HANDLER": "rtcagent.api_errors.exception_handler",  # JSON errors on every view
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "rtcagent HTTP API",
