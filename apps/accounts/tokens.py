@@ -4,7 +4,8 @@ Every token carries ``kid`` in its header and ``aud``, ``iss``, ``exp``, ``iat``
 ``token_type`` and ``sub`` (the user id as a string) in its claims. Verification looks the ``kid``
 up in the keyring and checks the signature with that key's own algorithm only, so ``alg: none``,
 HMAC "signed" with a public key, unknown keys and algorithm switches are all refused; ``aud``,
-``iss`` and ``exp`` are checked with the configured leeway (``SIMPLE_JWT``).
+``iss`` and ``exp`` are checked with the configured leeway (``SIMPLE_JWT``), and ``sub`` must be a
+user id written as ``str(user.pk)`` writes it (``valid_subject``).
 
 ``decode_access_token`` is the fast path for the realtime gateway: no database, and
 ``TokenExpired`` only for a token that would otherwise be valid.
@@ -12,6 +13,7 @@ HMAC "signed" with a public key, unknown keys and algorithm switches are all ref
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from typing import Any
 
@@ -38,9 +40,20 @@ __all__ = [
     "get_token_backend",
     "issue_access_token",
     "issue_token_pair",
+    "valid_subject",
 ]
 
 REQUIRED_CLAIMS = ("exp", "iat", "aud", "iss", "sub")
+MAX_USER_ID = 2**63 - 1  # BigAutoField
+_SUBJECT = re.compile(r"[1-9][0-9]{0,18}")
+
+
+def valid_subject(sub: object) -> bool:
+    """Whether ``sub`` is a user id exactly as the server writes one: a positive decimal string
+    in the primary key's range, without sign, padding, leading zeros, ``_`` or non-ASCII digits
+    (all of which ``int()`` accepts). Anything else would reach the ORM as a lookup it cannot
+    take (a 500) or name a user by a spelling the server never issued."""
+    return isinstance(sub, str) and bool(_SUBJECT.fullmatch(sub)) and int(sub) <= MAX_USER_ID
 
 
 class TokenExpired(Exception):
@@ -86,7 +99,8 @@ class KeyringTokenBackend(TokenBackend):
         return claims
 
     def verified_claims(self, token: Any) -> dict[str, Any]:
-        """Check signature, ``kid``, ``alg``, ``aud``, ``iss``, ``iat``, presence; not ``exp``."""
+        """Check signature, ``kid``, ``alg``, ``aud``, ``iss``, ``iat``, presence and the form of
+        ``sub``; not ``exp``."""
         try:
             header = jwt.get_unverified_header(token)
             kid = header.get("kid")
@@ -96,7 +110,7 @@ class KeyringTokenBackend(TokenBackend):
             # The key decides the algorithm; a header asking for another one is an attack.
             if header.get("alg") != key.algorithm:
                 raise TokenBackendError(_("Invalid algorithm specified"))
-            return jwt.decode(
+            claims: dict[str, Any] = jwt.decode(
                 token,
                 key.public_key,
                 algorithms=[key.algorithm],
@@ -107,6 +121,9 @@ class KeyringTokenBackend(TokenBackend):
             )
         except (jwt.InvalidTokenError, ValueError, TypeError) as exc:
             raise TokenBackendError(_("Token is invalid")) from exc
+        if not valid_subject(claims.get(api_settings.USER_ID_CLAIM)):
+            raise TokenBackendError(_("Token is invalid"))
+        return claims
 
     def check_exp(self, claims: dict[str, Any]) -> None:
         exp = claims.get("exp")
