@@ -30,6 +30,9 @@ DEFAULTS: dict[str, Any] = {
     # Worker
     "WORKER_LEASE_MS": 30_000,  # a session lock's lease; renewed every third of it
     "ORPHAN_AFTER": 10.0,  # seconds before a turn nobody runs is re-enqueued by the sweeper
+    # Per-user caps on v1.message.send (and fork), answered rate_limited; 0 turns one off
+    "MAX_QUEUED_TURNS_PER_USER": 20,  # messages waiting for their turn to start
+    "MAX_TURNS_PER_HOUR": 600,  # turns started in the last hour, queued ones included
     "SHOW_RAW_ERRORS": False,  # debug.show_raw_errors: send raw_error in error messages
 }
 

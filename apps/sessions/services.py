@@ -8,18 +8,22 @@ Services return the changed rows and the Updates; handlers shape the wire result
 
 from __future__ import annotations
 
+import math
 import uuid
 from collections.abc import Collection
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
+from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
 from apps.gateway.events import item, publish_update
-from rtcagent.errors import ClientIdConflict, InvalidRequest, InvalidState, NotFound
+from apps.turns.models import Turn
+from rtcagent.conf import rtc_setting
+from rtcagent.errors import ClientIdConflict, InvalidRequest, InvalidState, NotFound, RateLimited
 
 from .models import (
     SESSION_TRANSITIONS,
@@ -35,6 +39,7 @@ from .serializers import message_to_dict, session_to_dict
 from .statemachine import apply_transition
 
 RESERVED_CLIENT_ID_PREFIX = "turn:"  # messages the engine writes (apps.turns.runner)
+QUEUED_RETRY_AFTER = 5  # seconds: a hint; queued turns start one by one as workers get to them
 FORK_LIMIT_DEFAULT = 200
 FORK_LIMIT_MAX = 1000
 TITLE_MAX = 255
@@ -236,6 +241,56 @@ def _conflict(user_id: int, client_id: str) -> ClientIdConflict:
     return ClientIdConflict(f"client_id {client_id!r} already used", details=details)
 
 
+def turn_limits_check(*, user_id: int, client_id: str) -> None:
+    """Refuse one more turn beyond the user's caps: ``RateLimited`` with details
+    ``{retry_after: seconds, limit: "queued_turns" | "turns_per_hour", max}``.
+
+    At most ``MAX_QUEUED_TURNS_PER_USER`` of the user's messages wait for their turn to start,
+    and ``MAX_TURNS_PER_HOUR`` turns start in a sliding hour (queued ones count: each will
+    start); 0 turns a cap off. Call it first in the sending transaction: it locks the user's row
+    (``FOR NO KEY UPDATE``, which never blocks other writers' foreign-key checks), so two sends
+    cannot both take the last slot, and a refusal leaves nothing written. A ``client_id`` that
+    was used before is ``ClientIdConflict`` as usual (a resend learns its ids, never 429).
+    """
+    max_queued = int(rtc_setting("MAX_QUEUED_TURNS_PER_USER"))
+    per_hour = int(rtc_setting("MAX_TURNS_PER_HOUR"))
+    if not max_queued and not per_hour:
+        return
+    list(get_user_model().objects.select_for_update(no_key=True).filter(pk=user_id)
+         .values_list("pk", flat=True))
+    queued = (
+        Message.objects.filter(user_id=user_id, role=MessageRole.USER, turn__isnull=True,
+                               deleted_at__isnull=True, session__deleted_at__isnull=True)
+        .exclude(client_id="")  # fork copies: history, not requests
+        .exclude(client_id__startswith=RESERVED_CLIENT_ID_PREFIX)
+        .count()
+    )
+    details: dict[str, Any] | None = None
+    if max_queued and queued >= max_queued:
+        details = {"retry_after": QUEUED_RETRY_AFTER, "limit": "queued_turns", "max": max_queued}
+    elif per_hour:
+        now = timezone.now()
+        started = Turn.objects.filter(user_id=user_id, created_at__gt=now - timedelta(hours=1))
+        count = started.count()
+        if count + queued >= per_hour:
+            # A slot frees when the turn that puts the user at the cap leaves the hour.
+            k = count + queued - per_hour
+            wait = 3600.0
+            if k < count:
+                oldest = started.order_by("created_at").values_list("created_at", flat=True)[k]
+                wait = (oldest + timedelta(hours=1) - now).total_seconds()
+            details = {"retry_after": max(1, math.ceil(wait)), "limit": "turns_per_hour",
+                       "max": per_hour}
+    if details is None:
+        return
+    if client_id and Message.objects.filter(user_id=user_id, client_id=client_id).exists():
+        raise _conflict(user_id, client_id)
+    raise RateLimited(
+        f"too many turns: at most {details['max']} {details['limit'].replace('_', ' ')}",
+        details=details,
+    )
+
+
 def session_fork(
     *,
     user_id: int,
@@ -254,7 +309,8 @@ def session_fork(
     parent links remapped to the copies), then adds the user message ``content`` with
     ``client_id = new_client_message_id``. All in one transaction with one Update (the session
     and every message ``created``). A reused ``new_client_message_id`` is ``ClientIdConflict``
-    and nothing is created. The agent turn for the new message is started by a worker: the
+    and nothing is created; so is a fork beyond the caps of ``turn_limits_check``
+    (``RateLimited``). The agent turn for the new message is started by a worker: the
     message is queued after commit (as for ``message.send``), which is why ``turn_id`` is "".
     """
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
@@ -264,6 +320,7 @@ def session_fork(
     if new_client_message_id.startswith(RESERVED_CLIENT_ID_PREFIX):
         raise InvalidRequest("new_client_message_id: the 'turn:' prefix is reserved")
     with transaction.atomic():
+        turn_limits_check(user_id=user_id, client_id=new_client_message_id)
         old = session_get(user_id=user_id, session_id=old_session_id)
         anchor_pk = as_uuid(old_message_id, "message")
         anchor = visible_messages(user_id=user_id).filter(session=old, pk=anchor_pk).first()
@@ -301,7 +358,9 @@ def session_fork(
         messages = [*copies, created]
         from apps.turns.queue import enqueue_message
 
-        transaction.on_commit(lambda: enqueue_message(new.id, created.id), robust=True)
+        transaction.on_commit(
+            lambda: enqueue_message(new.id, created.id, user_id=user_id), robust=True
+        )
         update = publish_update(
             user_id=user_id,
             items=[item("session", "created", new.id)]
@@ -355,9 +414,10 @@ def message_send(
     """Add a user message (creating the session when ``server_session_id`` is empty).
 
     Idempotent on ``client_id``: a reused one is ``ClientIdConflict`` whose details name the
-    existing ``session_id`` and ``message_id``, and nothing is written. The sending device becomes
-    the session's executing device. The turn is started by a worker: after commit the message
-    is queued behind any turn still running in the session, in order.
+    existing ``session_id`` and ``message_id``, and nothing is written. Beyond the user's caps
+    (``turn_limits_check``) it is ``RateLimited`` and nothing is written either. The sending
+    device becomes the session's executing device. The turn is started by a worker: after
+    commit the message is queued behind any turn still running in the session, in order.
     """
     from apps.turns.queue import enqueue_message
 
@@ -376,6 +436,7 @@ def message_send(
         except ValueError as exc:
             raise InvalidRequest(f"host_functions: {exc}") from None
     with transaction.atomic():
+        turn_limits_check(user_id=user_id, client_id=client_id)
         created = not server_session_id
         if created:
             session = Session.objects.create(
@@ -419,5 +480,7 @@ def message_send(
         )
         # robust: a failing callback before this one must not drop the turn (the sweeper would
         # still find the message, but only after RTC_ORPHAN_AFTER)
-        transaction.on_commit(lambda: enqueue_message(session.id, message.id), robust=True)
+        transaction.on_commit(
+            lambda: enqueue_message(session.id, message.id, user_id=user_id), robust=True
+        )
     return MessageSent(session=session, message=message, updates=[update])
