@@ -13,6 +13,7 @@ DEFAULTS: dict[str, Any] = {
     "CONNECT_TIMEOUT": 10.0,  # first command must be connect within this, else close 3501
     "MAX_FRAME_BYTES": 4 * 1024 * 1024,  # larger text frames are refused with disconnect 3501
     "MAX_COMMANDS_PER_FRAME": 100,
+    "SLOW_CLIENT_BYTES": 8 * 1024 * 1024,  # unread bytes that trigger a probe ping (then 3008)
     "MAX_JSON_DEPTH": 64,  # deeper JSON anywhere (frames, params, bodies, tool I/O) is refused
     "EXPIRED_CLOSE_DELAY": 25.0,  # a connection not refreshed by exp + this is closed (3005)
     # Topic stream

@@ -301,6 +301,7 @@ RTCAGENT = {
     "MAX_FRAME_BYTES": env.int("RTC_MAX_FRAME_BYTES", default=4 * 1024 * 1024),
     "MAX_RESULT_BYTES": env.int("RTC_MAX_RESULT_BYTES", default=2 * 1024 * 1024),
     "MAX_JSON_DEPTH": env.int("RTC_MAX_JSON_DEPTH", default=64),
+    "SLOW_CLIENT_BYTES": env.int("RTC_SLOW_CLIENT_BYTES", default=8 * 1024 * 1024),
     "CONNECT_TIMEOUT": env.float("RTC_CONNECT_TIMEOUT", default=10.0),
     "REORDER_WAIT": env.float("RTC_REORDER_WAIT", default=1.0),
     "GAP_GRACE": env.float("RTC_GAP_GRACE", default=2.0),

@@ -15,11 +15,20 @@ channels:
 
 Nothing is pushed before the connect reply: publications arriving meanwhile are buffered.
 Terminal closes send ``push.disconnect`` first, since Daphne drops close reasons.
+
+Slow clients: Daphne buffers whatever a client does not read, without bound, and ASGI does not
+show that buffer. A pong proves the client read everything sent before its ping, so the bytes
+sent since the last answered ping bound what can be waiting in it. Past ``SLOW_CLIENT_BYTES`` a
+probe ping goes out at once; without its pong (or any progress) within ``PONG_TIMEOUT``, or past
+four times the limit, the connection is closed with 3008 (slow; the client reconnects and
+recovers from its offset). The connect reply (its recovered publications are bounded by
+``RECOVERY_LIMIT``) counts as read.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import time
@@ -72,6 +81,10 @@ class GatewayConsumer(AsyncWebsocketConsumer):
         self.groups_joined: list[str] = []
         self.pre_connect: list[dict[str, Any]] | None = []
         self.awaiting_pong = False
+        self.sent_bytes = 0  # everything sent so far, pings included
+        self.ping_marks: collections.deque[int] = collections.deque()  # sent_bytes at each ping
+        self.acked_bytes = 0  # sent_bytes at the last ping the client answered
+        self.probe: asyncio.Task[None] | None = None
         self.topic_epoch = ""
         self.topic_last = 0
         self.topic_buffer: dict[int, Any] = {}
@@ -90,7 +103,42 @@ class GatewayConsumer(AsyncWebsocketConsumer):
 
     async def send_objs(self, *objs: dict[str, Any]) -> None:
         if objs and not self.closed:
-            await self.send(text_data=P.encode(*objs))
+            text = P.encode(*objs)
+            await self.send(text_data=text)
+            self.sent_bytes += len(text)  # characters: a lower bound of the bytes, good enough
+            if objs[0] == {}:
+                self.ping_marks.append(self.sent_bytes)
+            await self._check_backlog()
+
+    async def _check_backlog(self) -> None:
+        limit = int(rtc_setting("SLOW_CLIENT_BYTES"))
+        unread = self.sent_bytes - self.acked_bytes
+        if unread <= limit or self.identity is None:
+            return
+        if unread > 4 * limit:
+            await self._close_slow(unread)
+        elif self.probe is None:
+            self.probe = asyncio.create_task(self._probe())
+
+    async def _probe(self) -> None:
+        """Ask for a pong now; a client that does not read cannot answer it."""
+        mark_before = self.acked_bytes
+        await self.send_objs({})
+        target = self.sent_bytes
+        await asyncio.sleep(float(rtc_setting("PONG_TIMEOUT")))
+        self.probe = None
+        if self.acked_bytes < target and self.acked_bytes == mark_before:
+            await self._close_slow(self.sent_bytes - self.acked_bytes)
+
+    async def _close_slow(self, unread: int) -> None:
+        uid = self.identity.user_id if self.identity else None
+        log.warning("closing a slow connection of user %s: %d bytes unread", uid, unread)
+        await self.disconnect_with(P.DISCONNECT_SLOW)
+
+    def _pong(self) -> None:
+        self.awaiting_pong = False
+        if self.ping_marks:
+            self.acked_bytes = self.ping_marks.popleft()
 
     async def disconnect_with(self, code: int, reason: str = "") -> None:
         if self.closed:
@@ -108,7 +156,7 @@ class GatewayConsumer(AsyncWebsocketConsumer):
 
     async def _cleanup(self) -> None:
         current = asyncio.current_task()
-        for task in [*self.timers, *self.rpc_tasks, self.hole_task]:
+        for task in [*self.timers, *self.rpc_tasks, self.hole_task, self.probe]:
             if task is not None and task is not current:
                 task.cancel()
         for group in self.groups_joined:
@@ -136,7 +184,7 @@ class GatewayConsumer(AsyncWebsocketConsumer):
 
     async def _dispatch(self, cmd: P.Command) -> None:
         if cmd.method == "":
-            self.awaiting_pong = False
+            self._pong()
             return
         if cmd.method == "send":
             return  # async messages are not used by this server
@@ -229,6 +277,7 @@ class GatewayConsumer(AsyncWebsocketConsumer):
         }
         result.update(self._expiry_fields())
         await self.send_objs(P.reply(cmd.id, "connect", result))
+        self.acked_bytes = self.sent_bytes
         buffered, self.pre_connect = self.pre_connect or [], None
         for event in buffered:
             await self._on_group_event(event)
