@@ -1,9 +1,14 @@
 """Admin for the email-login user."""
 
-from django.contrib import admin
+from typing import Any
+
+from django.contrib import admin, messages
 from django.contrib.auth.admin import UserAdmin as BaseUserAdmin
+from django.db.models import QuerySet
+from django.http import HttpRequest
 
 from .models import User
+from .services import user_revoke_tokens, user_set_active
 
 
 @admin.register(User)
@@ -21,3 +26,16 @@ class UserAdmin(BaseUserAdmin):
         ("Important dates", {"fields": ("last_login", "date_joined")}),
     )
     add_fieldsets = ((None, {"classes": ("wide",), "fields": ("email", "password1", "password2")}),)
+    actions = ("revoke_tokens", "deactivate")
+
+    @admin.action(description="Revoke all tokens (and close their connections)")
+    def revoke_tokens(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        count = sum(user_revoke_tokens(user_id=pk) for pk in queryset.values_list("pk", flat=True))
+        self.message_user(request, f"Revoked the tokens of {count} user(s); they must log in "
+                                   "again.", messages.SUCCESS)
+
+    @admin.action(description="Deactivate (and close their connections)")
+    def deactivate(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        ids = list(queryset.exclude(pk=request.user.pk).values_list("pk", flat=True))
+        count = sum(user_set_active(user_id=pk, active=False) for pk in ids)
+        self.message_user(request, f"Deactivated {count} user(s).", messages.SUCCESS)

@@ -15,6 +15,7 @@ from rest_framework_simplejwt.serializers import (
 )
 from rest_framework_simplejwt.settings import api_settings
 
+from .selectors import user_token_valid
 from .tokens import RefreshToken
 
 
@@ -65,6 +66,8 @@ class TokenRefreshSerializer(BaseTokenRefreshSerializer):
             raise AuthenticationFailed(
                 self.error_messages["no_active_account"], "no_active_account"
             )
+        if not user_token_valid(user_id=user.pk, issued_at=float(refresh.payload.get("iat") or 0)):
+            raise AuthenticationFailed("the token was revoked", "token_revoked")
         data = {"access": str(refresh.access_token)}
         if api_settings.ROTATE_REFRESH_TOKENS:
             refresh.set_jti()
