@@ -89,7 +89,9 @@ def _published(rtc: Rtc) -> list[dict[str, Any]]:
 def _resume_after_commit(rtc: Rtc) -> None:
     from apps.turns.queue import enqueue_resume
 
-    transaction.on_commit(lambda: enqueue_resume(rtc.session_id, rtc.turn_id), robust=True)
+    transaction.on_commit(
+        lambda: enqueue_resume(rtc.session_id, rtc.turn_id, user_id=rtc.user_id), robust=True
+    )
 
 
 def rtc_update_status(

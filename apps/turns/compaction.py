@@ -45,6 +45,7 @@ def request_compaction(session: Session, instruction: str) -> bool:
     queue.enqueue(
         str(session.id),
         {"kind": "compact", "session_id": str(session.id), "instruction": instruction},
+        user_id=session.user_id,
     )
     return True
 
