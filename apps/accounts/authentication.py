@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from drf_spectacular.contrib.rest_framework_simplejwt import SimpleJWTScheme
 from rest_framework_simplejwt.authentication import JWTAuthentication
 from rest_framework_simplejwt.exceptions import AuthenticationFailed, InvalidToken
 
@@ -21,3 +22,10 @@ class RevocableJWTAuthentication(JWTAuthentication):
         if not user_token_valid(user_id=user.pk, issued_at=issued_at):
             raise AuthenticationFailed("token revoked or user inactive", code="token_revoked")
         return user
+
+
+class RevocableJWTScheme(SimpleJWTScheme):
+    """The OpenAPI description: the same bearer JWT as simplejwt's (``drf-spectacular``
+    matches authenticators by exact class)."""
+
+    target_class = "apps.accounts.authentication.RevocableJWTAuthentication"
