@@ -1,7 +1,9 @@
 """``make run``: migrate, make sure a development admin exists, then run web + worker.
 
 Both children share this folder's embedded Valkey (started once, see ``rtcagent.embedded``)
-unless ``REDIS_URL`` is set. Ctrl-C stops the children and, if it was ours, the Valkey server.
+unless ``REDIS_URL`` is set. While they run, a supervisor thread restarts that Valkey on the same
+port if it dies, so the children's clients reconnect by themselves. Ctrl-C stops the children and,
+if it was ours, the Valkey server.
 """
 
 from __future__ import annotations
@@ -29,6 +31,11 @@ def main() -> int:
     port = os.environ.get("PORT", "8000")
     env = dict(os.environ, REDIS_URL=settings.REDIS_URL)
     py = sys.executable
+    supervisor = None
+    if settings.EMBEDDED_VALKEY:
+        from rtcagent.embedded import ValkeySupervisor
+
+        supervisor = ValkeySupervisor(settings.VAR_DIR).start()
     children = [
         subprocess.Popen(  # noqa: S603 - fixed commands
             [py, "-m", "rtcagent.serve", "-b", "127.0.0.1", "-p", port],
@@ -52,6 +59,8 @@ def main() -> int:
                 print(f"{child.args[2]} exited with {child.returncode}; stopping", file=sys.stderr)
                 code, stopping = child.returncode or 1, True
         time.sleep(0.2)
+    if supervisor is not None:
+        supervisor.stop()
     for child in children:
         if child.poll() is None:
             child.terminate()

@@ -3,6 +3,9 @@
 ``RedisChannelLayer`` is channels-redis with one bounded *blocking* pool per event loop
 (``rtcagent.redis.async_pool``): channels-redis's own pool fails at once beyond 100 connections,
 so a burst of connects (each joins three groups) closed sockets with 1011 instead of waiting.
+Its commands also ride out a restart of the server: an error in the layer's receive ends the
+consumer that awaited it, and during an outage each consumer of the process would take its turn
+at the receive and fail, closing every socket with 1011.
 
 Sends from synchronous code (services, the worker):
 

@@ -8,7 +8,7 @@ and one asyncio pool per event loop (asyncio connections cannot cross loops); th
 (``rtcagent.layer``) and the cache use the same kind of pool.
 
 A server that went away is reconnected to on the next command (same URL), so a restarted Valkey
-needs nothing from the processes using it.
+needs nothing from the processes using it; asyncio commands also wait out the restart itself.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ from typing import Any
 import redis
 import redis.asyncio as aredis
 from django.conf import settings
+from redis.asyncio.retry import Retry as AsyncRetry
+from redis.backoff import ExponentialBackoff
 
 _lock = threading.Lock()
 _sync: redis.Redis | None = None
@@ -44,8 +46,22 @@ def pool_limits() -> dict[str, Any]:
 
 
 def async_pool(url: str, **connection_options: Any) -> aredis.BlockingConnectionPool:
-    """A bounded blocking asyncio pool for ``url``; use it from one event loop only."""
-    return aredis.BlockingConnectionPool.from_url(url, **pool_limits(), **connection_options)
+    """A bounded blocking asyncio pool for ``url`` whose commands ride out a restart of the
+    server; use it from one event loop only."""
+    return aredis.BlockingConnectionPool.from_url(
+        url, **pool_limits(), retry=_restart_retry(), **connection_options
+    )
+
+
+def _restart_retry() -> AsyncRetry:
+    """A command whose connection is refused or closed is tried again for about 3 s, which covers
+    a restart (the embedded Valkey's supervisor brings it back within about 1.5 s). Asyncio needs
+    it: redis-py 8's asyncio pool does not notice a connection the server closed and hands it out,
+    and an error in the channel layer's receive ends the consumer awaiting it (close 1011), each
+    consumer of the process in turn during an outage. Timeouts are not retried: the command may
+    have run. Synchronous pools notice closed connections, and their callers survive errors."""
+    backoff = ExponentialBackoff(cap=0.5, base=0.05)  # 0.1, 0.2, 0.4, then 0.5 s
+    return AsyncRetry(backoff, 8, supported_errors=(redis.ConnectionError,))
 
 
 def get_redis() -> redis.Redis:

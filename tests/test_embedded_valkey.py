@@ -1,0 +1,199 @@
+"""The embedded Valkey comes back after a crash: on the same port, with its data, and the clients
+of running processes (redis-py, asyncio pools, the channel layer) carry on without a restart."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+import redis.asyncio as aredis
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from websockets.asyncio.client import ClientConnection, connect
+
+from apps.accounts.tokens import issue_access_token
+from rtcagent import keys
+from rtcagent.embedded import ValkeySupervisor, ensure_valkey, recorded_port, stop_valkey
+from rtcagent.layer import RedisChannelLayer
+from rtcagent.redis import async_pool
+from tests.livesrv import start_daphne
+
+_started: list[int] = []
+
+
+@pytest.fixture
+def var_dir(tmp_path: Path) -> Iterator[Path]:
+    """A folder of its own (never the checkout's var/); every server started in it is stopped."""
+    yield tmp_path
+    if port := recorded_port(tmp_path):
+        with contextlib.suppress(redis.ConnectionError):
+            _server_pid(f"redis://127.0.0.1:{port}/0")
+    stop_valkey(tmp_path)
+    for pid in _started:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        _reap(pid)
+    _started.clear()
+
+
+def _client(url: str) -> redis.Redis:
+    return redis.Redis.from_url(url, decode_responses=True, socket_timeout=2)
+
+
+def _server_pid(url: str) -> int:
+    with _client(url) as r:
+        pid = int(r.info("server")["process_id"])
+    _started.append(pid)
+    return pid
+
+
+def _kill(url: str) -> int:
+    """SIGKILL the server behind ``url`` (no shutdown, no save) and wait until it is gone."""
+    pid = _server_pid(url)
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 5
+    while True:
+        try:
+            with _client(url) as r:
+                r.ping()
+        except redis.ConnectionError:
+            _reap(pid)
+            return pid
+        assert time.monotonic() < deadline, "the killed server still answers"
+        time.sleep(0.02)
+
+
+def _reap(pid: int) -> None:
+    """Collect a killed server this process started (else it stays a zombie)."""
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, 0)
+
+
+def test_ensure_valkey_restarts_a_killed_server_on_its_port_with_its_data(var_dir: Path) -> None:
+    url = ensure_valkey(var_dir)
+    port = recorded_port(var_dir)
+    client = _client(url)
+    # everysec: an acknowledged write is in the append-only file (the kernel's) before the reply
+    assert client.config_get("appendfsync") == {"appendfsync": "everysec"}
+    client.set("note", "kept")
+    killed = _kill(url)
+
+    assert ensure_valkey(var_dir) == url
+    assert recorded_port(var_dir) == port
+    assert _server_pid(url) != killed
+    assert client.get("note") == "kept"  # the client made before the crash reconnects
+    client.close()
+
+
+def test_the_supervisor_restarts_a_killed_server_without_anyone_asking(var_dir: Path) -> None:
+    url = ensure_valkey(var_dir)
+    client = _client(url)
+    client.set("note", "kept")
+    supervisor = ValkeySupervisor(var_dir, interval=0.2).start()
+    try:
+        killed = _kill(url)
+        start = time.monotonic()
+        while True:
+            try:
+                value = client.get("note")
+                break
+            except redis.ConnectionError:
+                assert time.monotonic() - start < 5, "not restarted within 5 s"
+                time.sleep(0.05)
+    finally:
+        supervisor.stop()
+    assert value == "kept"
+    assert time.monotonic() - start < 5
+    assert _server_pid(url) != killed
+    assert ensure_valkey(var_dir) == url
+    client.close()
+
+
+def test_a_stopped_server_is_not_restarted_by_the_supervisor(var_dir: Path) -> None:
+    url = ensure_valkey(var_dir)
+    supervisor = ValkeySupervisor(var_dir, interval=0.1).start()
+    try:
+        _server_pid(url)
+        stop_valkey(var_dir)
+        time.sleep(0.5)
+    finally:
+        supervisor.stop()
+    assert recorded_port(var_dir) == 0
+    with pytest.raises(redis.ConnectionError), _client(url) as r:
+        r.ping()
+
+
+async def test_the_channel_layer_and_async_pools_reconnect_after_a_restart(var_dir: Path) -> None:
+    url = ensure_valkey(var_dir)
+    layer = RedisChannelLayer(hosts=[{"address": url, "socket_timeout": 30}])
+    client = aredis.Redis(connection_pool=async_pool(url, decode_responses=True))
+    try:
+        await layer.send("probe", {"type": "probe", "n": 1})
+        assert (await layer.receive("probe"))["n"] == 1
+        await client.set("note", "kept")
+        # In threads, as in a running server: the loop sees its connections closed meanwhile.
+        await asyncio.to_thread(_kill, url)
+        await asyncio.to_thread(ensure_valkey, var_dir)
+
+        await layer.send("probe", {"type": "probe", "n": 2})
+        assert (await layer.receive("probe"))["n"] == 2
+        assert await client.get("note") == "kept"
+    finally:
+        await layer.close_pools()
+        await client.aclose(close_connection_pool=True)
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_open_websockets_carry_on_across_a_restart(var_dir: Path, make_user) -> None:
+    """A web process on the embedded Valkey keeps its sockets, and their channel-layer delivery,
+    when the server is killed and the supervisor brings it back."""
+    url = ensure_valkey(var_dir)
+    server = start_daphne(var_dir, REDIS_URL=url)
+    supervisor = ValkeySupervisor(var_dir, interval=0.2).start()
+    prefix = settings.CHANNEL_LAYERS["default"]["CONFIG"]["prefix"]
+    layer = RedisChannelLayer(hosts=[{"address": url}], prefix=prefix)
+    try:
+        user = await sync_to_async(make_user)()
+        ws = await connect(server.ws_url)
+        await ws.send(json.dumps({"id": 1, "connect": {"token": issue_access_token(user)}}))
+        assert "connect" in (await _lines(ws))[0]
+
+        await asyncio.to_thread(_kill, url)
+        await asyncio.sleep(2)  # the supervisor restarts it meanwhile
+
+        await layer.group_send(
+            keys.live_group(user.id), {"type": "live.publication", "data": {"probe": 1}}
+        )
+        await ws.send(json.dumps({"id": 2, "rpc": {"method": "v1.nope"}}))
+        seen: list[dict] = []
+        while not (
+            any(s.get("push", {}).get("pub", {}).get("data") == {"probe": 1} for s in seen)
+            and any(s.get("id") == 2 for s in seen)
+        ):
+            seen += await _lines(ws)
+        await ws.close()
+    finally:
+        await layer.close_pools()
+        supervisor.stop()
+        server.stop()
+    assert "Traceback" not in server.output()
+
+
+async def _lines(ws: ClientConnection) -> list[dict]:
+    """The lines of the next frame that are not pings; pings are answered (a socket that stops
+    answering is closed, and this test wants it open)."""
+    while True:
+        frame = await asyncio.wait_for(ws.recv(), 10)
+        lines = [json.loads(line) for line in str(frame).split("\n")]
+        if {} in lines:
+            await ws.send("{}")
+        if lines := [line for line in lines if line != {}]:
+            return lines
