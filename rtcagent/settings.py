@@ -123,6 +123,12 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Redis: queue, locks, checkpoints, offsets, channel layer --------------------------------
 REDIS_URL = env.str("REDIS_URL", default="")
+if not REDIS_URL and os.environ.get("PYTEST_VERSION"):
+    # A test run (pytest sets PYTEST_VERSION before it loads the settings) flushes its database
+    # before every test: it gets a Valkey of its own, gone with it, never the checkout's.
+    from rtcagent.embedded import start_private_valkey
+
+    REDIS_URL = start_private_valkey()
 if not REDIS_URL:
     from rtcagent.embedded import ensure_valkey
 

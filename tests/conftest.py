@@ -1,15 +1,42 @@
-"""Shared fixtures: real Redis (``REDIS_URL`` or the embedded Valkey) and the real database."""
+"""Shared fixtures: real Redis (``REDIS_URL``, else a Valkey of the test run's own) and the real
+database.
+
+A test run never touches the checkout's data: without ``REDIS_URL`` the settings give it a private
+Valkey (``rtcagent.embedded.start_private_valkey``), and a SQLite test database lives in a
+temporary folder of the run instead of ``var/``.
+"""
 
 from __future__ import annotations
 
 import itertools
+import shutil
+import tempfile
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 _emails = itertools.count(1)
+_run_dir: Path | None = None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Move a SQLite test database (and its -wal/-shm files) out of ``var/``; it is a file, not
+    ``:memory:``, so that the servers the tests start share it."""
+    global _run_dir
+    from django.conf import settings
+
+    db = settings.DATABASES["default"]
+    if db["ENGINE"].endswith("sqlite3"):
+        _run_dir = Path(tempfile.mkdtemp(prefix="rtc-test-"))
+        db["TEST"]["NAME"] = str(_run_dir / "test.sqlite3")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _run_dir is not None:
+        shutil.rmtree(_run_dir, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -39,7 +66,8 @@ def _flush_survives_deadlocks() -> Iterator[None]:
 
 @pytest.fixture(autouse=True)
 def _clean_redis() -> Iterator[None]:
-    """Every test starts on an empty Redis database (only the selected db index is flushed)."""
+    """Every test starts on an empty Redis database (only the selected db index is flushed; without
+    ``REDIS_URL`` it is the test run's own Valkey)."""
     from rtcagent.redis import get_redis
 
     get_redis().flushdb()

@@ -8,6 +8,8 @@ import contextlib
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +26,7 @@ from rtcagent import keys
 from rtcagent.embedded import ValkeySupervisor, ensure_valkey, recorded_port, stop_valkey
 from rtcagent.layer import RedisChannelLayer
 from rtcagent.redis import async_pool
-from tests.livesrv import start_daphne
+from tests.livesrv import ROOT, start_daphne
 
 _started: list[int] = []
 
@@ -197,3 +199,30 @@ async def _lines(ws: ClientConnection) -> list[dict]:
             await ws.send("{}")
         if lines := [line for line in lines if line != {}]:
             return lines
+
+
+def test_a_test_run_leaves_the_checkouts_valkey_and_var_alone(var_dir: Path) -> None:
+    """``make test`` with nothing configured, next to a ``make run`` of the same checkout: the
+    run's data survives, and the test run leaves no server, database file or folder behind."""
+    tmp = var_dir / "tmp"
+    tmp.mkdir()
+    url = ensure_valkey(var_dir)  # what make run started
+    dev = _client(url)
+    dev.set("dev:note", "mine")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("DATABASE_URL", "REDIS_URL", "DJANGO_ALLOW_ASYNC_UNSAFE")}
+    env.update(RTC_VAR_DIR=str(var_dir), TMPDIR=str(tmp))
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+         "tests/test_settings.py::test_health_endpoints_report_the_real_services"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "1 passed" in run.stdout
+
+    assert dev.get("dev:note") == "mine"
+    assert dev.dbsize() == 1
+    assert [p.name for p in var_dir.iterdir() if p.name.startswith("test")] == []
+    # the run's own Valkey (valkey-*) and SQLite folder (rtc-test-*) went with it
+    assert [p.name for p in tmp.iterdir() if not p.name.startswith("pytest-of-")] == []
+    dev.close()
