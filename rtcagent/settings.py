@@ -81,6 +81,9 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # After WhiteNoise, which answers static files itself: the script sandbox's page
+    # (static/rtc-agent/sandbox.html) keeps its own policy instead of the pages' one.
+    "csp.middleware.CSPMiddleware",
 ]
 
 ROOT_URLCONF = "rtcagent.urls"
@@ -279,6 +282,38 @@ USE_TZ = True
 # --- Admin theme ----------------------------------------------------------------------------
 X_FRAME_OPTIONS = "SAMEORIGIN"
 SILENCED_SYSTEM_CHECKS = ["security.W019"]  # django-admin-interface needs SAMEORIGIN frames
+
+# --- Content-Security-Policy (django-csp) ---------------------------------------------------
+# Every page (demo, admin, API) gets one policy. Scripts: our own files (the widget's ES modules
+# under STATIC_URL) and inline scripts carrying this response's nonce (templates write
+# nonce="{{ request.csp_nonce }}"); never 'unsafe-inline' or 'unsafe-eval'. The widget's script
+# tool evaluates model-written code, so it runs in static/rtc-agent/sandbox.html, a sandboxed
+# opaque-origin frame with its own policy (frame-src 'self'); a srcdoc frame would inherit
+# this one. Styles allow 'unsafe-inline' because django-admin-interface writes its theme as an
+# inline <style> built from database values (no nonce hook, no stable hash), and the admin's and
+# the widget's markup use style attributes, which nonces cannot cover; CSS runs no script, and
+# img-src/font-src/connect-src keep it from sending anything off-site. WebSockets: 'self'
+# matches ws:/wss: on the page's own host (CSP Level 3), where the widget of these pages
+# connects. frame-ancestors 'self' matches X_FRAME_OPTIONS (the admin's related-object modal);
+# RTC_ALLOWED_ORIGINS is about pages that load the widget's script, which framing does not
+# involve.
+from csp.constants import NONCE, NONE, SELF  # noqa: E402
+
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF, NONCE],
+        "style-src": [SELF, "'unsafe-inline'"],
+        "img-src": [SELF, "data:", "blob:"],
+        "font-src": [SELF, "data:"],
+        "connect-src": [SELF],
+        "frame-src": [SELF],
+        "object-src": [NONE],
+        "base-uri": [SELF],
+        "form-action": [SELF],
+        "frame-ancestors": [SELF],
+    },
+}
 
 # --- Production hardening -------------------------------------------------------------------
 if not DEBUG:

@@ -5,7 +5,10 @@
 // is destroyed. Messages are accepted only from our own frame (event.source). Inside, the code
 // sees `params`, a capturing `console`, and `rtcAgent` (fs calls, callFunction) whose calls are
 // relayed to the host and answered by `handleCall`.
-const CSP = "default-src 'none'; script-src 'unsafe-inline' 'unsafe-eval' blob:; worker-src blob:; connect-src 'none'";
+// The frame loads ../sandbox.html from the widget's server, which carries that CSP itself: a
+// srcdoc frame would inherit the host page's CSP, and a strict one (no 'unsafe-eval', as on
+// rtcagent's own pages) would stop the code.
+const SANDBOX_URL = new URL('../sandbox.html', import.meta.url).href;
 
 // Runs in the worker (serialised with toString: it must not close over anything).
 function workerMain() {
@@ -62,20 +65,8 @@ function workerMain() {
   };
 }
 
-// Runs in the sandboxed iframe: starts the worker and relays between it and the host.
-function frameMain(workerSource) {
-  const worker = new Worker(URL.createObjectURL(new Blob([workerSource], { type: 'text/javascript' })));
-  worker.onmessage = (e) => parent.postMessage(e.data, '*');
-  worker.onerror = (e) => parent.postMessage({ t: 'done', out: { result: null, error: String(e.message || 'worker error'), logs: [], warnings: [], errors: [String(e.message)], duration_ms: 0 } }, '*');
-  addEventListener('message', (e) => { if (e.source === parent) worker.postMessage(e.data); });
-  parent.postMessage({ t: 'ready' }, '*');
-}
-
-const srcdoc = () => {
-  const worker = `(${workerMain.toString()})();`;
-  const boot = `(${frameMain.toString()})(${JSON.stringify(worker).replace(/</g, '\\u003c')});`;
-  return `<!doctype html><meta http-equiv="Content-Security-Policy" content="${CSP}"><script>${boot}</script>`;
-};
+// The frame (sandbox.html) starts the worker from this source, sent with the `run` message.
+const workerSource = () => `(${workerMain.toString()})();`;
 
 export const SCRIPT_TIMEOUT_MS = 30000;
 
@@ -85,7 +76,7 @@ export function runScript({ code, params, handleCall, timeoutMs = SCRIPT_TIMEOUT
     frame.setAttribute('sandbox', 'allow-scripts');
     frame.setAttribute('aria-hidden', 'true');
     frame.style.display = 'none';
-    frame.srcdoc = srcdoc();
+    frame.src = SANDBOX_URL;
     const started = performance.now();
     let settled = false;
     const end = (out) => {
@@ -103,7 +94,7 @@ export function runScript({ code, params, handleCall, timeoutMs = SCRIPT_TIMEOUT
     const onMessage = async (e) => {
       if (e.source !== frame.contentWindow) return;
       const m = e.data || {};
-      if (m.t === 'ready') frame.contentWindow.postMessage({ t: 'run', code: String(code || ''), params: params || {} }, '*');
+      if (m.t === 'ready') frame.contentWindow.postMessage({ t: 'run', code: String(code || ''), params: params || {}, worker: workerSource() }, '*');
       else if (m.t === 'done') end(m.out);
       else if (m.t === 'call') {
         let reply;
