@@ -344,6 +344,7 @@ RTCAGENT = {
     "MAX_JSON_DEPTH": env.int("RTC_MAX_JSON_DEPTH", default=64),
     "SLOW_CLIENT_BYTES": env.int("RTC_SLOW_CLIENT_BYTES", default=8 * 1024 * 1024),
     "CONNECT_TIMEOUT": env.float("RTC_CONNECT_TIMEOUT", default=10.0),
+    "EXPIRED_CLOSE_DELAY": env.float("RTC_EXPIRED_CLOSE_DELAY", default=25.0),
     "REORDER_WAIT": env.float("RTC_REORDER_WAIT", default=1.0),
     "GAP_GRACE": env.float("RTC_GAP_GRACE", default=2.0),
     "TOPIC_RETENTION_HOURS": env.float("RTC_TOPIC_RETENTION_HOURS", default=72.0),
