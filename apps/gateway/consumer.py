@@ -229,6 +229,16 @@ class GatewayConsumer(AsyncWebsocketConsumer):
         self.connecting = True
         try:
             await self._do_connect(cmd)
+        except Exception:  # Redis or the database away: a temporary error, the client retries
+            log.exception("connect failed")
+            for group in self.groups_joined:
+                with contextlib.suppress(Exception):
+                    await self.channel_layer.group_discard(group, self.channel_name)
+            self.groups_joined = []
+            self.identity = None
+            await self.send_objs(
+                P.error(cmd.id, P.ERR_INTERNAL, "internal server error", temporary=True)
+            )
         finally:
             self.connecting = False
 
@@ -252,14 +262,7 @@ class GatewayConsumer(AsyncWebsocketConsumer):
             self.groups_joined.append(group)
         subs = cmd.params.get("subs") if isinstance(cmd.params.get("subs"), dict) else {}
         topic = keys.topic_channel(uid)
-        try:
-            start = await db_hop(recovery.topic_start)(uid, subs.get(topic))
-        except Exception:
-            log.exception("topic start failed for user %s", uid)
-            await self.send_objs(
-                P.error(cmd.id, P.ERR_INTERNAL, "internal server error", temporary=True)
-            )
-            return
+        start = await db_hop(recovery.topic_start)(uid, subs.get(topic))
         if self.closed:
             return
         self.identity = identity
