@@ -43,3 +43,14 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
     log.error("unhandled error in %s", type(view).__name__ if view else "an API view",
               exc_info=exc)
     return Response(SERVER_ERROR, status=status.HTTP_500_INTERNAL_SERVER_ERROR)
+
+
+def server_error(request: Any) -> Any:
+    """``handler500``: a crash outside DRF (plain Django views under ``/api/``) answers the same
+    JSON body as DRF views do; other paths keep Django's HTML page."""
+    from django.http import JsonResponse
+    from django.views.defaults import server_error as html_server_error
+
+    if request.path.startswith("/api/"):
+        return JsonResponse(SERVER_ERROR, status=500)
+    return html_server_error(request)

@@ -12,3 +12,5 @@ urlpatterns = [
     path("", include("apps.rtc.urls")),
     path("api/schema/", SpectacularAPIView.as_view(permission_classes=[]), name="schema"),
 ]
+
+handler500 = "rtcagent.api_errors.server_error"

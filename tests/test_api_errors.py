@@ -12,12 +12,14 @@ from typing import Any
 
 import pytest
 from django.test import Client
+from django.urls import path
 
 from apps.accounts.tokens import issue_access_token, issue_token_pair
 from apps.gateway.models import TopicEvent
 from apps.rtc.models import Rtc
 from apps.sessions.models import Session
 from apps.turns.models import Turn
+from rtcagent import urls as project_urls
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
@@ -191,3 +193,24 @@ def test_an_unexpected_failure_answers_json_500_without_its_text(
     monkeypatch.undo()
     assert Client().get("/.well-known/jwks.json").status_code == 200
 
+
+
+def _crash(request):  # type: ignore[no-untyped-def]
+    raise RuntimeError("secret detail that must not leak")
+
+
+# This module doubles as a URLconf: the project's routes plus two views that crash.
+urlpatterns = [*project_urls.urlpatterns, path("api/crash", _crash), path("crash", _crash)]
+handler500 = project_urls.handler500
+
+
+def test_a_crash_in_a_plain_django_view_under_api_answers_json(client, settings) -> None:
+    settings.ROOT_URLCONF = __name__
+    client.raise_request_exception = False
+    response = client.get("/api/crash")
+    assert response.status_code == 500
+    assert response.json() == {"detail": "A server error occurred.", "code": "server_error"}
+    assert b"secret detail" not in response.content
+    page = client.get("/crash")  # elsewhere: Django's own HTML page
+    assert page.status_code == 500 and page["Content-Type"].startswith("text/html")
+    assert b"secret detail" not in page.content
