@@ -71,6 +71,8 @@ class Turn(models.Model):
     total_tokens = models.BigIntegerField(default=0)
     cached_tokens = models.BigIntegerField(default=0)
     reasoning_tokens = models.BigIntegerField(default=0)
+    # Set by v1.turn.stop; Redis's stop flag is the copy a streaming worker polls.
+    stop_requested_at = models.DateTimeField(null=True, blank=True, editable=False)
     started_at = models.DateTimeField(null=True, blank=True)
     completed_at = models.DateTimeField(null=True, blank=True)  # set on any terminal status
     deleted_at = models.DateTimeField(null=True, blank=True)
@@ -92,3 +94,22 @@ class Turn(models.Model):
 
     def __str__(self) -> str:
         return f"turn {self.id} ({self.status})"
+
+
+class TurnCheckpoint(models.Model):
+    """What a turn needs to resume (``engine.Checkpoint`` as JSON), one row per unfinished turn.
+
+    A table of its own, not a column of ``Turn``: a transcript may weigh megabytes (tool
+    results), and turns are read everywhere (every transition re-reads its row); only the
+    worker resuming the turn reads this. Written before Redis's copy, so it is never behind it;
+    deleted when the turn ends.
+    """
+
+    turn = models.OneToOneField(
+        Turn, primary_key=True, on_delete=models.CASCADE, related_name="checkpoint"
+    )
+    data = models.JSONField()
+    saved_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"checkpoint of turn {self.turn_id}"

@@ -148,6 +148,7 @@ class DjangoTurnPorts:
     # --- checkpoint, prompt, tools, stop -----------------------------------------------------
 
     def load(self) -> Checkpoint | None:
+        """From Redis, or from PostgreSQL when Redis lost it (``state.checkpoint_load``)."""
         data = state.checkpoint_load(self.tid)
         return Checkpoint.from_json(data) if data else None
 
@@ -156,6 +157,8 @@ class DjangoTurnPorts:
             raise HoldLost(self.tid)
 
     def save(self, cp: Checkpoint) -> None:
+        """PostgreSQL, then Redis; ``state.CheckpointNotCached`` (the turn pauses, the sweeper
+        resumes it) when Redis refuses its copy."""
         self._check_hold()
         state.checkpoint_save(self.tid, cp.to_json())
 

@@ -1,14 +1,51 @@
-"""Per-turn state in Redis: the checkpoint (TTL 24 h) and the cross-process stop signal."""
+"""Per-turn state: the checkpoint and the cross-process stop signal.
+
+PostgreSQL holds the truth, Redis the fast copy: Redis is never the only copy.
+
+* **Checkpoint.** ``checkpoint_save`` writes the row (``TurnCheckpoint``) first, then Redis
+  (TTL 24 h), so PostgreSQL is never behind Redis. ``checkpoint_load`` reads Redis and falls
+  back to PostgreSQL when Redis has nothing (restarted empty, flushed, key expired), then puts
+  the copy back into Redis. A Redis write that fails (``OOM command not allowed`` under
+  ``maxmemory`` with ``noeviction``, or Redis away) is logged as an error, Redis's older copy is
+  deleted, and ``CheckpointNotCached`` stops the turn: it stays ``running`` with its checkpoint in
+  PostgreSQL, and the sweeper resumes it from there once Redis takes writes again. So Redis's
+  copy is never newer than PostgreSQL's, and at worst one save older (when even the delete
+  failed), which is what a crash just before that save leaves, and the engine repeats that
+  step idempotently.
+* **Stop.** ``request_stop`` stamps ``Turn.stop_requested_at``, then sets the Redis flag that the
+  streaming worker polls five times a second. The poll stays on Redis (one round trip, both
+  keys): only when Redis has no checkpoint for a turn that is running, i.e. it lost its data,
+  does it ask PostgreSQL, so a stop is never undone by a Redis restart.
+
+Cost: one upsert of the whole checkpoint per save. Saves happen per model answer and per tool
+call (about three per tool call), never per streamed chunk. The checkpoint carries the turn's
+transcript, so a turn of n tool calls writes O(n^2) bytes over its life (bounded by
+``engine.MAX_STEPS`` answers and ``MAX_RESULT_BYTES`` per result); large values go to TOAST and
+the WAL like any other row. Loads hit PostgreSQL only when Redis lost the key. A stop costs one
+UPDATE.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 from typing import Any
 
+import redis
+from django.utils import timezone
+
+from apps.turns.models import Turn, TurnCheckpoint
 from rtcagent.redis import get_redis
+
+log = logging.getLogger(__name__)
 
 CHECKPOINT_TTL = 24 * 3600
 STOP_TTL = 3600
+
+
+class CheckpointNotCached(RuntimeError):
+    """The checkpoint is in PostgreSQL but Redis refused its copy: the turn must pause."""
 
 
 def _cp(turn_id: str) -> str:
@@ -20,22 +57,77 @@ def _stop(turn_id: str) -> str:
 
 
 def checkpoint_load(turn_id: str) -> dict[str, Any] | None:
+    """The turn's checkpoint from Redis, else from PostgreSQL (copied back into Redis), else
+    None: the turn has no checkpoint anywhere."""
     raw = get_redis().get(_cp(turn_id))
-    return json.loads(raw) if raw else None
+    if raw:
+        return json.loads(raw)
+    row = (
+        TurnCheckpoint.objects.filter(turn_id=turn_id)
+        .values_list("data", "turn__stop_requested_at")
+        .first()
+    )
+    if row is None:
+        return None
+    data, stop_requested_at = row
+    log.info("checkpoint of turn %s restored from PostgreSQL (Redis had none)", turn_id)
+    try:  # NX: never overwrite a copy written meanwhile
+        r = get_redis()
+        r.set(_cp(turn_id), json.dumps(data), ex=CHECKPOINT_TTL, nx=True)
+        if stop_requested_at is not None:
+            r.set(_stop(turn_id), "1", ex=STOP_TTL)
+    except redis.RedisError as exc:  # the next save tells loudly; reading needs no copy
+        log.warning("could not copy the checkpoint of turn %s back into Redis: %s", turn_id, exc)
+    return data
 
 
 def checkpoint_save(turn_id: str, data: dict[str, Any]) -> None:
-    get_redis().set(_cp(turn_id), json.dumps(data), ex=CHECKPOINT_TTL)
+    """Store the checkpoint in PostgreSQL, then in Redis; ``CheckpointNotCached`` when Redis
+    refused it (see the module docstring)."""
+    TurnCheckpoint.objects.bulk_create(
+        [TurnCheckpoint(turn_id=turn_id, data=data, saved_at=timezone.now())],
+        update_conflicts=True, unique_fields=["turn"], update_fields=["data", "saved_at"],
+    )
+    r = get_redis()
+    try:
+        r.set(_cp(turn_id), json.dumps(data), ex=CHECKPOINT_TTL)
+    except redis.RedisError as exc:
+        log.error(
+            "checkpoint of turn %s NOT written to Redis (%s: %s); it is safe in PostgreSQL. "
+            "The turn pauses and is resumed from PostgreSQL once Redis accepts writes again "
+            "(full? see maxmemory and maxmemory-policy noeviction)",
+            turn_id, type(exc).__name__, exc,
+        )
+        with contextlib.suppress(redis.RedisError):  # DEL needs no memory: allowed when full
+            r.delete(_cp(turn_id))
+        raise CheckpointNotCached(turn_id) from exc
 
 
 def checkpoint_delete(turn_id: str) -> None:
+    """The turn ended: drop its checkpoint everywhere."""
+    TurnCheckpoint.objects.filter(turn_id=turn_id).delete()
     get_redis().delete(_cp(turn_id))
 
 
 def request_stop(turn_id: str) -> None:
     """Ask whichever process runs the turn to stop it (it polls while streaming)."""
+    Turn.objects.filter(pk=turn_id, stop_requested_at__isnull=True).update(
+        stop_requested_at=timezone.now()
+    )
     get_redis().set(_stop(turn_id), "1", ex=STOP_TTL)
 
 
 def stop_requested(turn_id: str) -> bool:
-    return bool(get_redis().exists(_stop(turn_id)))
+    """True when a stop was requested. Redis answers, unless it holds no checkpoint of the
+    turn (it lost its data, or could not take the copy back): then PostgreSQL does, and its
+    answer is copied back."""
+    r = get_redis()
+    with r.pipeline(transaction=False) as pipe:
+        flagged, cached = pipe.exists(_stop(turn_id)).exists(_cp(turn_id)).execute()
+    if flagged or cached:
+        return bool(flagged)
+    stopped = Turn.objects.filter(pk=turn_id, stop_requested_at__isnull=False).exists()
+    if stopped:
+        with contextlib.suppress(redis.RedisError):
+            r.set(_stop(turn_id), "1", ex=STOP_TTL)
+    return stopped

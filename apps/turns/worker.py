@@ -16,6 +16,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.db import IntegrityError, close_old_connections, transaction
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from apps.gateway import stream
@@ -161,19 +162,24 @@ class Worker:
         self.run_turn(turn)
 
     def run_turn(self, turn: Turn) -> None:
+        """Run the turn from its checkpoint (Redis's copy, or PostgreSQL's when Redis lost it).
+
+        A Redis that refuses the checkpoint's copy (``state.CheckpointNotCached``) ends this run
+        with the turn still ``running``: the sweeper resumes it from PostgreSQL."""
         hold = self._hold
         ports = DjangoTurnPorts(turn, self.llm_factory(), lost=lambda: bool(hold and hold.lost))
-        if turn.status == TurnStatus.PENDING and state.checkpoint_load(str(turn.id)) is None:
-            state.checkpoint_save(str(turn.id), engine.Checkpoint().to_json())  # never started
         if state.checkpoint_load(str(turn.id)) is None:
-            ports.fail(LLMError(
-                category="system", title="Turn state lost",
-                message="The server lost this turn's saved state (its checkpoint expired or "
-                        "Redis was reset). Send the message again to retry.",
-                retryable=True, raw_error="checkpoint missing",
-            ))
-            queue.unpark(str(turn.session_id))
-            return
+            if turn.status == TurnStatus.PENDING:  # never started: it begins from nothing
+                state.checkpoint_save(str(turn.id), engine.Checkpoint().to_json())
+            else:
+                ports.fail(LLMError(
+                    category="system", title="Turn state lost",
+                    message="The server has no saved state for this turn, neither in Redis "
+                            "nor in the database. Send the message again to retry.",
+                    retryable=True, raw_error="checkpoint missing",
+                ))
+                queue.unpark(str(turn.session_id))
+                return
         if not ports.begin():  # stopped (or finished) meanwhile
             queue.unpark(str(turn.session_id))
             return
@@ -190,10 +196,10 @@ class Worker:
     # --- housekeeping -----------------------------------------------------------------------
 
     def recover(self) -> None:
-        """Start-up: turns left running by a dead process are resumed (or failed)."""
+        """Start-up: turns left running by a dead process are resumed (or failed). Interrupted
+        turns whose RTC finished are the first sweep's (``resume_orphans``)."""
         for turn in Turn.objects.filter(status__in=[TurnStatus.RUNNING, TurnStatus.PENDING]):
-            if not queue.is_held(str(turn.session_id)):
-                queue.enqueue_resume(turn.session_id, turn.id)
+            _isolated("recover turn", turn.id, self._nudge, turn)
 
     def sweep(self) -> None:
         """Each step runs on its own: one that fails (Redis away, one bad row) is logged and the
@@ -215,14 +221,20 @@ class Worker:
                 log.exception("sweep step %r failed", name)
 
     def resume_orphans(self) -> None:
-        """Turns nobody runs: interrupted on a finished RTC, or running without a holder."""
+        """Turns nobody runs: interrupted on a finished RTC, or running without a holder.
+
+        Their queue items live only in Redis; the turns are in the database. So whatever Redis
+        lost (restarted empty, an item dropped by a dead process, a checkpoint write refused),
+        every such turn is found here and enqueued again; a turn waiting on an open RTC needs no
+        item until its result, timeout or rejection enqueues one."""
         quiet = timezone.now() - timedelta(seconds=rtc_setting("ORPHAN_AFTER"))
-        waiting = Turn.objects.filter(status=TurnStatus.INTERRUPTED, updated_at__lt=quiet)
+        open_rtc = Rtc.objects.filter(turn_id=OuterRef("pk")).exclude(
+            status__in=TERMINAL_RTC_STATUSES
+        )
+        waiting = Turn.objects.filter(
+            status=TurnStatus.INTERRUPTED, updated_at__lt=quiet
+        ).exclude(Exists(open_rtc))
         for turn in waiting:
-            if Rtc.objects.filter(turn_id=turn.id).exclude(
-                status__in=TERMINAL_RTC_STATUSES
-            ).exists():
-                continue
             _isolated("nudge turn", turn.id, self._nudge, turn)
         running = [TurnStatus.RUNNING, TurnStatus.PENDING]
         for turn in Turn.objects.filter(status__in=running, updated_at__lt=quiet):
@@ -252,7 +264,8 @@ class Worker:
         sid = str(turn.session_id)
         if queue.is_held(sid) or queue.pending(sid)["resume"]:
             return
-        queue.enqueue_resume(sid, turn.id)
+        # The owner too: after Redis lost its data no enqueue may have recorded it yet.
+        queue.enqueue_resume(sid, turn.id, user_id=turn.user_id)
 
 
 def park_session(session_id: str) -> None:
