@@ -5,3 +5,6 @@ class TurnsConfig(AppConfig):
     name = "apps.turns"
     label = "turns"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from apps.turns import checks  # noqa: F401 - registers the Redis eviction check

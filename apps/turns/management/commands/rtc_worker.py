@@ -1,11 +1,21 @@
-"""``python manage.py rtc_worker``: run turns from the session queue until SIGTERM/SIGINT."""
+"""``python manage.py rtc_worker``: run turns from the session queue until SIGTERM/SIGINT.
+
+It refuses to start on a Redis that may evict keys (``apps.turns.checks``), under DEBUG too: a
+worker's locks and queue items must never vanish. A Redis that does not answer yet is waited
+for, as the worker loop would.
+"""
 
 from __future__ import annotations
 
+import logging
 import signal
+import threading
 from typing import Any
 
-from django.core.management.base import BaseCommand
+import redis
+from django.core.management.base import BaseCommand, CommandError
+
+log = logging.getLogger("apps.turns.worker")
 
 
 class Command(BaseCommand):
@@ -21,4 +31,23 @@ class Command(BaseCommand):
 
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
+        if not self._redis_never_evicts(worker.stopping):
+            return
         worker.run()
+
+    def _redis_never_evicts(self, stopping: threading.Event) -> bool:
+        """True once Redis answered with ``noeviction``; False when stopped while waiting.
+        Raises ``CommandError`` for any other policy."""
+        from apps.turns.checks import HINT, eviction_problem, redis_memory_policy
+
+        while not stopping.is_set():
+            try:
+                problem = eviction_problem(*redis_memory_policy())
+            except redis.RedisError as exc:
+                log.warning("Redis does not answer (%s); waiting for it before starting", exc)
+                stopping.wait(1)
+                continue
+            if problem:
+                raise CommandError(f"refusing to start: {problem}\n{HINT}")
+            return True
+        return False
