@@ -18,6 +18,7 @@ DEFAULTS: dict[str, Any] = {
     "EXPIRED_CLOSE_DELAY": 25.0,  # a connection not refreshed by exp + this is closed (3005)
     # Topic stream
     "RECOVERY_LIMIT": 1000,  # at most this many publications are replayed on reconnect
+    "RECOVERY_MAX_BYTES": 16 * 1024 * 1024,  # ... and at most this much (else: reload)
     "REORDER_WAIT": 1.0,  # how long a hole on the live path may stay before the DB is asked
     "GAP_GRACE": 2.0,  # an allocated offset older than this with no row is a rolled-back one
     "HISTORY_MAX_LIMIT": 1000,

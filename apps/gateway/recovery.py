@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from rtcagent.conf import rtc_setting
 
 from . import stream
@@ -74,9 +76,25 @@ def topic_start(user_id: int, hint: Any) -> TopicStart:
     rows = stream.read_range(user_id, pos.epoch, offset, pos.watermark)
     if len(rows) != pos.watermark - offset:
         return start  # history was pruned or lost
+    publications = _within_bytes([{"data": r.publication(), "offset": r.offset} for r in rows])
+    if len(publications) != len(rows):
+        return start  # too large for one connect reply: the client reloads instead
     start.recovered = True
-    start.publications = [{"data": row.publication(), "offset": row.offset} for row in rows]
+    start.publications = publications
     return start
+
+
+def _within_bytes(publications: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The leading publications whose encoded size stays within ``RECOVERY_MAX_BYTES`` (at least
+    one): a reply is one WebSocket message, and both Daphne and the clients bound those."""
+    cap = int(rtc_setting("RECOVERY_MAX_BYTES"))
+    total, out = 0, []
+    for pub in publications:
+        total += len(orjson.dumps(pub))
+        if out and total > cap:
+            break
+        out.append(pub)
+    return out
 
 
 def history(user_id: int, *, since: tuple[int, str] | None, limit: int) -> dict[str, Any]:
@@ -96,5 +114,7 @@ def history(user_id: int, *, since: tuple[int, str] | None, limit: int) -> dict[
     cap = rtc_setting("HISTORY_MAX_LIMIT")
     limit = cap if limit < 0 else min(limit, cap)
     rows = stream.read_range(user_id, pos.epoch, after, pos.watermark, limit)
-    result["publications"] = [{"data": r.publication(), "offset": r.offset} for r in rows]
+    # A page cut short by size is fine: the client asks again from its last offset.
+    result["publications"] = _within_bytes(
+        [{"data": r.publication(), "offset": r.offset} for r in rows])
     return result

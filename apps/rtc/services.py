@@ -171,13 +171,13 @@ def _acceptable_result(result: Any) -> tuple[Any, str]:
     try:
         check_json(result, what="result", allow_nul=True)
     except InvalidRequest as exc:
-        return None, f"[Tool Error] the tool's result was refused: {exc.message}"
+        return None, f"the tool's result was refused: {exc.message}"
     result = scrub_nul(result)
     size = len(orjson.dumps(result))
     limit = wire_limits()["max_result_bytes"]
     if size > limit:
         return None, (
-            f"[Tool Error] the tool's result was {size} bytes, over the limit of {limit} bytes; "
+            f"the tool's result was {size} bytes, over the limit of {limit} bytes; "
             "ask for a smaller part (a range of lines, a narrower search, a summary)"
         )
     return result, ""

@@ -41,7 +41,7 @@ def test_a_result_nested_too_deep_fails_the_call_with_a_reason(make_user) -> Non
     reply = _submit(user, rtc, deep)
     stored = Rtc.objects.get(pk=rtc.pk)
     assert stored.status == "failed" and stored.result is None
-    assert stored.error_message.startswith("[Tool Error] the tool's result was refused: result:")
+    assert stored.error_message.startswith("the tool's result was refused: result:")
     assert "deeper than 64 levels" in stored.error_message
     assert reply["result"]["rtc"]["status"] == "failed"
     assert pending(str(rtc.session_id))["resume"] == 1  # the model hears about it

@@ -15,7 +15,7 @@ export function fitResult(body, limits) {
   return {
     success: false,
     result: null,
-    error: `[Tool Error] the tool's result was ${size} bytes, over the limit of ${max} bytes; ` +
+    error: `the tool's result was ${size} bytes, over the limit of ${max} bytes; ` +
       'ask for a smaller part (a range of lines, a narrower search, a summary)',
     client_id: body.client_id,
   };
