@@ -15,7 +15,8 @@ PostgreSQL holds the truth, Redis the fast copy: Redis is never the only copy.
 * **Stop.** ``request_stop`` stamps ``Turn.stop_requested_at``, then sets the Redis flag that the
   streaming worker polls five times a second. The poll stays on Redis (one round trip, both
   keys): only when Redis has no checkpoint for a turn that is running, i.e. it lost its data,
-  does it ask PostgreSQL, so a stop is never undone by a Redis restart.
+  does it ask PostgreSQL. A resumed turn whose row says stopped gets its flag back, and the
+  check after a park asks PostgreSQL, so a stop is never undone by a Redis restart.
 
 Cost: one upsert of the whole checkpoint per save. Saves happen per model answer and per tool
 call (about three per tool call), never per streamed chunk. The checkpoint carries the turn's
@@ -62,20 +63,12 @@ def checkpoint_load(turn_id: str) -> dict[str, Any] | None:
     raw = get_redis().get(_cp(turn_id))
     if raw:
         return json.loads(raw)
-    row = (
-        TurnCheckpoint.objects.filter(turn_id=turn_id)
-        .values_list("data", "turn__stop_requested_at")
-        .first()
-    )
-    if row is None:
+    data = TurnCheckpoint.objects.filter(turn_id=turn_id).values_list("data", flat=True).first()
+    if data is None:
         return None
-    data, stop_requested_at = row
     log.info("checkpoint of turn %s restored from PostgreSQL (Redis had none)", turn_id)
     try:  # NX: never overwrite a copy written meanwhile
-        r = get_redis()
-        r.set(_cp(turn_id), json.dumps(data), ex=CHECKPOINT_TTL, nx=True)
-        if stop_requested_at is not None:
-            r.set(_stop(turn_id), "1", ex=STOP_TTL)
+        get_redis().set(_cp(turn_id), json.dumps(data), ex=CHECKPOINT_TTL, nx=True)
     except redis.RedisError as exc:  # the next save tells loudly; reading needs no copy
         log.warning("could not copy the checkpoint of turn %s back into Redis: %s", turn_id, exc)
     return data
@@ -117,17 +110,23 @@ def request_stop(turn_id: str) -> None:
     get_redis().set(_stop(turn_id), "1", ex=STOP_TTL)
 
 
-def stop_requested(turn_id: str) -> bool:
+def stop_requested(turn_id: str, *, durable: bool = False) -> bool:
     """True when a stop was requested. Redis answers, unless it holds no checkpoint of the
     turn (it lost its data, or could not take the copy back): then PostgreSQL does, and its
-    answer is copied back."""
+    answer is copied back. ``durable`` asks PostgreSQL whenever Redis has no flag (one query:
+    for the decisions taken once per park, not for the poll)."""
     r = get_redis()
     with r.pipeline(transaction=False) as pipe:
         flagged, cached = pipe.exists(_stop(turn_id)).exists(_cp(turn_id)).execute()
-    if flagged or cached:
+    if flagged or (cached and not durable):
         return bool(flagged)
     stopped = Turn.objects.filter(pk=turn_id, stop_requested_at__isnull=False).exists()
     if stopped:
-        with contextlib.suppress(redis.RedisError):
-            r.set(_stop(turn_id), "1", ex=STOP_TTL)
+        restore_stop(turn_id)
     return stopped
+
+
+def restore_stop(turn_id: str) -> None:
+    """Put a stop that PostgreSQL recorded back into Redis, where the streaming worker polls."""
+    with contextlib.suppress(redis.RedisError):
+        get_redis().set(_stop(turn_id), "1", ex=STOP_TTL)

@@ -180,6 +180,8 @@ class Worker:
                 ))
                 queue.unpark(str(turn.session_id))
                 return
+        if turn.stop_requested_at is not None:  # Redis may have lost the flag: the loop polls it
+            state.restore_stop(str(turn.id))
         if not ports.begin():  # stopped (or finished) meanwhile
             queue.unpark(str(turn.session_id))
             return
@@ -188,7 +190,8 @@ class Worker:
             queue.unpark(str(turn.session_id))
             return
         park_session(str(turn.session_id))
-        if state.stop_requested(str(turn.id)):  # stop asked while the call was being created
+        # A stop asked while the call was being created; PostgreSQL's word, whatever Redis lost.
+        if state.stop_requested(str(turn.id), durable=True):
             from apps.turns.services import turn_stop
 
             turn_stop(user_id=turn.user_id, session_id=turn.session_id)

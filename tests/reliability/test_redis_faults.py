@@ -234,8 +234,10 @@ def test_a_stop_requested_before_redis_lost_it_still_stops_the_turn(make_user) -
 
     assert state.stop_requested(tid) is True  # from PostgreSQL; Redis has its flag again
     assert get_redis().exists(f"rtc:turn:{{{tid}}}:stop")
-    get_redis().flushdb()
-    state.checkpoint_load(tid)  # a resume after the loss copies the flag back too
+    state.checkpoint_load(tid)  # Redis has the turn's checkpoint again...
+    get_redis().delete(f"rtc:turn:{{{tid}}}:stop")  # ...but lost the flag (a restart with data)
+    assert state.stop_requested(tid) is False  # the poll stays on Redis while it has the turn
+    assert state.stop_requested(tid, durable=True) is True  # the check after a park does not
     assert get_redis().exists(f"rtc:turn:{{{tid}}}:stop")
 
 
