@@ -133,7 +133,7 @@ async def test_a_running_turn_without_checkpoint_fails_clearly(
         turn = await tab.turn_status(sid, "running")
         await tab.until(lambda: tab.rec.publications.get(f"live:u={user.id}"))
         workers.kill()
-        state.checkpoint_delete(turn["id"])
+        await sync_to_async(state.checkpoint_delete)(turn["id"])  # both copies: Redis and DB
         make_workers(1)
         failed = await tab.turn_status(sid, "failed", within=40)
         assert failed["error_message"] == "system: Turn state lost"
