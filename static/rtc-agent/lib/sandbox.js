@@ -99,7 +99,10 @@ export function runScript({ code, params, handleCall, timeoutMs = SCRIPT_TIMEOUT
       else if (m.t === 'call') {
         let reply;
         try { reply = { t: 'reply', id: m.id, value: await handleCall(m.op, m.args || {}) }; } catch (err) { reply = { t: 'reply', id: m.id, error: String(err.message || err) }; }
-        if (!settled) frame.contentWindow.postMessage(reply, '*');
+        if (settled) return;
+        // A value that cannot be cloned (a DOM node, a function) must fail this call, not leave
+        // the script waiting for the time limit.
+        try { frame.contentWindow.postMessage(reply, '*'); } catch (err) { frame.contentWindow.postMessage({ t: 'reply', id: m.id, error: String(err.message || err) }, '*'); }
       }
     };
     addEventListener('message', onMessage);

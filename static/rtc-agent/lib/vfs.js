@@ -1,11 +1,37 @@
 // The virtual file system: files keyed by absolute path in IndexedDB; directories are implied
-// by path prefixes. Every path is normalised; any `..` segment is refused outright.
+// by path prefixes. Every path is normalised; a `..` segment is refused outright, and so is any
+// spelling of one that a decoder downstream (a host function, a URL, a download) could turn back
+// into `..`: percent-encoded (also twice, also with an encoded `/` or `\`) or full-width dots.
+// Control characters (NUL above all) and paths past MAX_PATH characters are refused too.
 export class PathError extends Error {}
+
+export const MAX_PATH = 4096;
+const MAX_DECODES = 4; // "%25" nested deeper than this is refused rather than followed
+const CONTROL = /[\u0000-\u001f\u007f]/;
+
+// Lenient %XX decoding (never throws, unlike decodeURIComponent on a stray "%").
+const percentDecode = (s) => s.replace(/%([0-9a-f]{2})/gi, (_, hex) => String.fromCharCode(parseInt(hex, 16)));
+
+function spellsDotDot(segment) {
+  let s = segment;
+  for (let i = 0; i <= MAX_DECODES; i++) {
+    if (s.normalize('NFKC').split(/[\\/]/).includes('..')) return true;
+    const next = percentDecode(s);
+    if (next === s) return false;
+    s = next;
+  }
+  return true;
+}
 
 export function normalize(path) {
   if (typeof path !== 'string') throw new PathError('path must be a string');
+  if (path.length > MAX_PATH) throw new PathError(`path is longer than ${MAX_PATH} characters`);
+  if (CONTROL.test(path)) throw new PathError('path may not contain control characters');
   const parts = path.replace(/\\/g, '/').split('/').filter((p) => p && p !== '.');
-  if (parts.includes('..')) throw new PathError(`path may not contain "..": ${path}`);
+  if (parts.some(spellsDotDot)) {
+    const shown = path.length > 100 ? `${path.slice(0, 100)}…` : path;
+    throw new PathError(`path may not contain "..": ${shown}`);
+  }
   return '/' + parts.join('/');
 }
 
