@@ -251,10 +251,6 @@ def test_scripts_reach_no_network_no_storage_and_no_window(
     _assert_page_unchanged(agent_page)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "sandbox.html relays every message of the worker to the host window (parent.postMessage), "
-    "so the page's own 'message' listeners see what a script posts (origin 'null'); a "
-    "MessageChannel port handed to the frame would keep it on the sandbox's channel"))
 def test_script_messages_reach_no_other_channel(agent_page: Any) -> None:
     """A script's ``postMessage`` and ``BroadcastChannel`` reach no listener of the page but
     the sandbox's own."""
@@ -298,4 +294,22 @@ def test_a_reply_the_sandbox_cannot_carry_fails_the_call_at_once(agent_page: Any
     assert out.get("hung") is None, "the call was never answered"
     assert out["result"].startswith("Failed to execute 'postMessage'"), out
     assert "could not be cloned" in out["result"]
+    _assert_page_unchanged(agent_page)
+
+
+def test_a_forged_call_for_an_inherited_name_is_an_unknown_call(agent_page: Any) -> None:
+    """A script posting its own ``call`` for ``constructor`` or ``valueOf`` (names every object
+    inherits) is told the call is unknown; nothing on the page runs."""
+    out = _script(agent_page, """
+        const ask = (op) => new Promise((resolve) => {
+            const previous = self.onmessage;
+            self.onmessage = (e) => {
+                if (e.data && e.data.id === 4242) { self.onmessage = previous; resolve(e.data); }
+                else previous(e);
+            };
+            postMessage({ t: 'call', id: 4242, op, args: {} });
+        });
+        return [(await ask('constructor')).error, (await ask('valueOf')).error];
+    """)
+    assert out["result"] == ["unknown call: constructor", "unknown call: valueOf"]
     _assert_page_unchanged(agent_page)

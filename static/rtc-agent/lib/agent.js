@@ -98,7 +98,7 @@ export class Agent {
     const fs = { 'fs.read': () => this.vfs.readText(args.path), 'fs.write': () => this.tools.write(args, ctx),
       'fs.list': () => this.tools.ls(args), 'fs.edit': () => this.tools.edit(args, ctx),
       'fs.grep': () => this.tools.grep(args), 'fs.find': () => this.tools.find(args) };
-    if (fs[op]) return fs[op]();
+    if (Object.hasOwn(fs, op)) return fs[op](); // never an inherited name (valueOf, constructor)
     if (op === 'callFunction') {
       const fn = functions.get(args.name);
       if (!fn) throw new Error(`no such function: ${args.name}`);

@@ -2,7 +2,9 @@
 // sandbox="allow-scripts" (no allow-same-origin: an opaque origin, no cookies, no storage, no
 // access to the host page) under a CSP with connect-src 'none' (no network). The worker keeps a
 // `while (true) {}` off every page thread; after the time limit the iframe (and so the worker)
-// is destroyed. Messages are accepted only from our own frame (event.source). Inside, the code
+// is destroyed. The frame's only window message is `ready`; then the script's messages travel on
+// a MessageChannel whose second port only the frame holds, so nothing the code posts reaches the
+// host page's own listeners. Inside, the code
 // sees `params`, a capturing `console`, and `rtcAgent` (fs calls, callFunction) whose calls are
 // relayed to the host and answered by `handleCall`.
 // The frame loads ../sandbox.html from the widget's server, which carries that CSP itself: a
@@ -79,11 +81,13 @@ export function runScript({ code, params, handleCall, timeoutMs = SCRIPT_TIMEOUT
     frame.src = SANDBOX_URL;
     const started = performance.now();
     let settled = false;
+    const channel = new MessageChannel();
     const end = (out) => {
       if (settled) return;
       settled = true;
       clearTimeout(timer);
       removeEventListener('message', onMessage);
+      channel.port1.close();
       frame.remove();
       resolve(out);
     };
@@ -91,18 +95,24 @@ export function runScript({ code, params, handleCall, timeoutMs = SCRIPT_TIMEOUT
       result: null, error: `script stopped: time limit of ${Math.round(timeoutMs / 1000)} s exceeded`,
       logs: [], warnings: [], errors: ['timeout'], duration_ms: Math.round(performance.now() - started),
     }), timeoutMs);
-    const onMessage = async (e) => {
-      if (e.source !== frame.contentWindow) return;
+    // The frame's one message on the window is `ready` (fixed, not the model's); from then on
+    // the script's traffic uses a MessageChannel whose other port only the frame holds.
+    const onMessage = (e) => {
+      if (e.source !== frame.contentWindow || !e.data || e.data.t !== 'ready') return;
+      removeEventListener('message', onMessage);
+      frame.contentWindow.postMessage(
+        { t: 'run', code: String(code || ''), params: params || {}, worker: workerSource() }, '*', [channel.port2]);
+    };
+    channel.port1.onmessage = async (e) => {
       const m = e.data || {};
-      if (m.t === 'ready') frame.contentWindow.postMessage({ t: 'run', code: String(code || ''), params: params || {}, worker: workerSource() }, '*');
-      else if (m.t === 'done') end(m.out);
+      if (m.t === 'done') end(m.out);
       else if (m.t === 'call') {
         let reply;
         try { reply = { t: 'reply', id: m.id, value: await handleCall(m.op, m.args || {}) }; } catch (err) { reply = { t: 'reply', id: m.id, error: String(err.message || err) }; }
         if (settled) return;
         // A value that cannot be cloned (a DOM node, a function) must fail this call, not leave
         // the script waiting for the time limit.
-        try { frame.contentWindow.postMessage(reply, '*'); } catch (err) { frame.contentWindow.postMessage({ t: 'reply', id: m.id, error: String(err.message || err) }, '*'); }
+        try { channel.port1.postMessage(reply); } catch (err) { channel.port1.postMessage({ t: 'reply', id: m.id, error: String(err.message || err) }); }
       }
     };
     addEventListener('message', onMessage);
