@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import sys
 from datetime import timedelta
 from pathlib import Path
 
@@ -21,7 +22,19 @@ env = environ.Env()
 VAR_DIR = Path(env.str("RTC_VAR_DIR", default=str(BASE_DIR / "var")))
 VAR_DIR.mkdir(parents=True, exist_ok=True)
 
-DEBUG = env.bool("DJANGO_DEBUG", default=True)
+# A static build: `manage.py collectstatic` as the Python buildpack runs it at build time, where
+# config vars, the database and Redis may all be missing (Heroku's CNB builds see no config vars).
+# It only reads files and writes STATIC_ROOT, so it needs none of the runtime's secrets or
+# services: it builds for production (the manifest storage the web process reads) unless
+# DJANGO_DEBUG says otherwise, with a throw-away key (no secret written into the build's var/)
+# and a Redis URL it never uses (no embedded Valkey started). Every other command, the web and
+# worker processes included, passes the guard below only with the real values set.
+STATIC_BUILD = sys.argv[1:2] == ["collectstatic"]
+DEBUG = env.bool("DJANGO_DEBUG", default=not STATIC_BUILD)
+if STATIC_BUILD:
+    os.environ.setdefault("DJANGO_SECRET_KEY", secrets.token_urlsafe(50))
+    os.environ.setdefault("DJANGO_ALLOWED_HOSTS", "static-build.invalid")
+    os.environ.setdefault("REDIS_URL", "redis://static-build.invalid:6379/0")
 
 
 def _dev_secret_key() -> str:
