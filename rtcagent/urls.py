@@ -1,10 +1,16 @@
 """HTTP routes (protocol.md §2)."""
 
 from django.contrib import admin
+from django.templatetags.static import static
 from django.urls import include, path
+from django.utils.functional import lazy
+from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView
 
 urlpatterns = [
+    # Browsers ask every site for /favicon.ico: a redirect to the static file, resolved per
+    # request (its hashed, long-cached name in production).
+    path("favicon.ico", RedirectView.as_view(url=lazy(static, str)("favicon.ico"))),
     path("admin/", admin.site.urls),
     path("i18n/", include("django.conf.urls.i18n")),
     path("", include("apps.accounts.urls")),
