@@ -133,6 +133,10 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / f"test-{os.getpid()}.sqlite3")}
 else:
     DATABASES["default"]["CONN_MAX_AGE"] = env.int("DATABASE_CONN_MAX_AGE", default=0)
+    # A persistent connection (CONN_MAX_AGE > 0) is checked with SELECT 1 before its first use
+    # in each request or RPC: after PostgreSQL restarted, a dead one is replaced instead of
+    # failing that request. Without persistent connections there is nothing to check.
+    DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
     # django/channels#2176: live-server tests would look for test_test_<name> otherwise.
     DATABASES["default"]["TEST"] = {"NAME": "test_" + DATABASES["default"]["NAME"]}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
