@@ -9,6 +9,9 @@ root). Authentication is ``trust`` and the server listens on 127.0.0.1 and a soc
 folder only. ``fsync`` is off (an immediate stop crashes the server, not the machine: what it
 wrote is in the page cache); ``synchronous_commit`` stays on, since with it off a crash loses
 commits the clients were told about.
+
+``PgStack`` is what a test module runs on such a cluster (Daphnes, a worker), with plain-SQL
+reads of its rows: the ORM of the test process is bound to the test run's database.
 """
 
 from __future__ import annotations
@@ -19,11 +22,24 @@ import pwd
 import shutil
 import subprocess
 import tempfile
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psycopg
+from psycopg import sql as pgsql
 
-from tests.livesrv import free_port
+from apps.accounts.models import User
+from apps.gateway.models import TopicEvent
+from apps.rtc.models import Rtc
+from apps.sessions.models import Message, Session
+from apps.turns.models import Turn
+from tests.livesrv import LiveServer, free_port
+from tests.turns.stack import Workers
 
 SERVER_GLOB = "/usr/lib/postgresql/*/bin"
 
@@ -105,3 +121,88 @@ class PgCluster:
         if not self.log.exists():
             return ""
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+
+# --- the processes of a fault test on a cluster, and plain-SQL reads of its rows -----------------
+
+
+TABLES = {"user": User, "session": Session, "message": Message, "turn": Turn, "rtc": Rtc,
+          "topic": TopicEvent}
+
+
+def tables(query: str) -> pgsql.Composed:
+    """``query`` with ``{message}``, ``{turn}`` ... replaced by those models' tables."""
+    names = {key: pgsql.Identifier(model._meta.db_table) for key, model in TABLES.items()}
+    return pgsql.SQL(query).format(**names)
+
+
+@dataclass
+class PgStack:
+    cluster: PgCluster
+    db: str
+    web: LiveServer
+    web_persistent: LiveServer
+    workers: Workers
+
+    def sql(self, query: str, *params: Any) -> list[tuple[Any, ...]]:
+        """``query`` names tables as ``{message}``, ``{turn}`` ... (``TABLES``)."""
+        with self.cluster.connect(self.db) as conn:
+            return conn.execute(tables(query), params).fetchall()
+
+    def make_user(self) -> User:
+        email = f"pg-{uuid.uuid4().hex[:12]}@example.com"
+        ((uid,),) = self.sql(
+            "INSERT INTO {user} (password, is_superuser, first_name, last_name, is_staff,"
+            " is_active, date_joined, email) VALUES ('!', false, '', '', false, true, now(), %s)"
+            " RETURNING id", email)
+        return User(pk=uid, email=email)
+
+    def processes_alive(self) -> bool:
+        procs = [self.web.proc, self.web_persistent.proc, *self.workers.procs]
+        return all(p.poll() is None for p in procs) and len(self.workers.procs) == 1
+
+    def answered(self, session_id: str) -> bool:
+        """Every user message of the session has its turn, completed."""
+        ((sent,),) = self.sql("SELECT count(*) FROM {message} WHERE session_id = %s AND "
+                              "role = 'user'", session_id)
+        ((done,),) = self.sql("SELECT count(*) FROM {turn} WHERE session_id = %s AND "
+                              "status = 'completed'", session_id)
+        return bool(sent == done)
+
+    def ledger(self, session_id: str) -> dict[str, Any]:
+        """What the cluster holds for the session (as ``test_process_faults.ledger``)."""
+        messages = self.sql("SELECT content->>'type', client_id, streaming_status FROM "
+                            "{message} WHERE session_id = %s", session_id)
+        return {
+            "turns": [s for (s,) in self.sql(
+                "SELECT status FROM {turn} WHERE session_id = %s", session_id)],
+            "rtcs": self.sql("SELECT tool_call_id, status, client_id, result FROM {rtc} "
+                             "WHERE session_id = %s ORDER BY \"offset\"", session_id),
+            "kinds": Counter(kind for kind, _, _ in messages),
+            "keys_unique": len({key for _, key, _ in messages}) == len(messages),
+            "streaming": [key for _, key, status in messages if status == "streaming"],
+        }
+
+
+@contextmanager
+def held(stack: PgStack, query: str, *params: Any) -> Iterator[Any]:
+    """Run ``query`` in an open transaction of the test (a row lock, a row inserted), so that a
+    request touching the same row waits inside PostgreSQL; yields ``waiters()``. The restart
+    ends the transaction."""
+    conn = psycopg.connect(stack.cluster.url(stack.db))
+    probe = stack.cluster.connect(stack.db)
+    try:
+        conn.execute(tables(query), params)
+        pid = conn.info.backend_pid
+
+        def waiters() -> int:
+            return int(probe.execute("SELECT count(*) FROM pg_stat_activity WHERE "
+                                     "%s = ANY(pg_blocking_pids(pid))", [pid]).fetchone()[0])
+
+        yield waiters
+    finally:
+        for c in (conn, probe):
+            try:
+                c.close()
+            except psycopg.Error:
+                pass

@@ -13,8 +13,7 @@ Redis. The cluster is restarted with ``pg_ctl restart -m fast`` (connections ter
 * mid-turn, while the model streams and while an RTC waits: the turn completes once, with no
   duplicate or half-written message, without restarting anything.
 
-Rows are read with plain SQL on the cluster: the ORM of the test process is bound to the test
-run's database.
+Rows are read with plain SQL on the cluster (``pgcluster.PgStack``).
 """
 
 from __future__ import annotations
@@ -27,23 +26,15 @@ import uuid
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
-import psycopg
 import pytest
-from psycopg import sql as pgsql
 from websockets.asyncio.client import connect as ws_connect
 
-from apps.accounts.models import User
 from apps.accounts.tokens import issue_access_token
 from apps.gateway import stream
-from apps.gateway.models import TopicEvent
-from apps.rtc.models import Rtc
-from apps.sessions.models import Message, Session
-from apps.turns.models import Turn
-from tests.livesrv import ROOT, LiveServer, child_env, start_daphne
-from tests.reliability.pgcluster import PgCluster, server_bin
+from tests.livesrv import ROOT, child_env, start_daphne
+from tests.reliability.pgcluster import PgCluster, PgStack, held, server_bin
 from tests.reliability.test_process_faults import (
     WEB_ENV,
     Outbox,
@@ -58,63 +49,6 @@ pytestmark = [pytest.mark.slow]
 
 MODES = ["fast", "immediate"]
 TEMPORARY = "error 100 temporary"
-TABLES = {"user": User, "session": Session, "message": Message, "turn": Turn, "rtc": Rtc,
-          "topic": TopicEvent}
-
-
-def tables(query: str) -> pgsql.Composed:
-    """``query`` with ``{message}``, ``{turn}`` ... replaced by those models' tables."""
-    names = {key: pgsql.Identifier(model._meta.db_table) for key, model in TABLES.items()}
-    return pgsql.SQL(query).format(**names)
-
-
-@dataclass
-class PgStack:
-    cluster: PgCluster
-    db: str
-    web: LiveServer
-    web_persistent: LiveServer
-    workers: Workers
-
-    def sql(self, query: str, *params: Any) -> list[tuple[Any, ...]]:
-        """``query`` names tables as ``{message}``, ``{turn}`` ... (``TABLES``)."""
-        with self.cluster.connect(self.db) as conn:
-            return conn.execute(tables(query), params).fetchall()
-
-    def make_user(self) -> User:
-        email = f"pg-{uuid.uuid4().hex[:12]}@example.com"
-        ((uid,),) = self.sql(
-            "INSERT INTO {user} (password, is_superuser, first_name, last_name, is_staff,"
-            " is_active, date_joined, email) VALUES ('!', false, '', '', false, true, now(), %s)"
-            " RETURNING id", email)
-        return User(pk=uid, email=email)
-
-    def processes_alive(self) -> bool:
-        procs = [self.web.proc, self.web_persistent.proc, *self.workers.procs]
-        return all(p.poll() is None for p in procs) and len(self.workers.procs) == 1
-
-    def answered(self, session_id: str) -> bool:
-        """Every user message of the session has its turn, completed."""
-        ((sent,),) = self.sql("SELECT count(*) FROM {message} WHERE session_id = %s AND "
-                              "role = 'user'", session_id)
-        ((done,),) = self.sql("SELECT count(*) FROM {turn} WHERE session_id = %s AND "
-                              "status = 'completed'", session_id)
-        return bool(sent == done)
-
-    def ledger(self, session_id: str) -> dict[str, Any]:
-        """What the cluster holds for the session (as ``test_process_faults.ledger``)."""
-        messages = self.sql("SELECT content->>'type', client_id, streaming_status FROM "
-                            "{message} WHERE session_id = %s", session_id)
-        return {
-            "turns": [s for (s,) in self.sql(
-                "SELECT status FROM {turn} WHERE session_id = %s", session_id)],
-            "rtcs": self.sql("SELECT tool_call_id, status, client_id, result FROM {rtc} "
-                             "WHERE session_id = %s ORDER BY \"offset\"", session_id),
-            "kinds": Counter(kind for kind, _, _ in messages),
-            "keys_unique": len({key for _, key, _ in messages}) == len(messages),
-            "streaming": [key for _, key, status in messages if status == "streaming"],
-        }
-
 
 @pytest.fixture(scope="module")
 def pg_stack(llm: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[PgStack]:
@@ -154,30 +88,6 @@ async def _outcome(call: Any) -> str:
             return type(exc).__name__
         return f"error {code}{' temporary' if getattr(exc, 'temporary', False) else ''}"
     return "ok"
-
-
-@contextmanager
-def held(stack: PgStack, query: str, *params: Any) -> Iterator[Any]:
-    """Run ``query`` in an open transaction of the test (a row lock, a row inserted), so that a
-    request touching the same row waits inside PostgreSQL; yields ``waiters()``. The restart
-    ends the transaction."""
-    conn = psycopg.connect(stack.cluster.url(stack.db))
-    probe = stack.cluster.connect(stack.db)
-    try:
-        conn.execute(tables(query), params)
-        pid = conn.info.backend_pid
-
-        def waiters() -> int:
-            return int(probe.execute("SELECT count(*) FROM pg_stat_activity WHERE "
-                                     "%s = ANY(pg_blocking_pids(pid))", [pid]).fetchone()[0])
-
-        yield waiters
-    finally:
-        for c in (conn, probe):
-            try:
-                c.close()
-            except psycopg.Error:
-                pass
 
 
 def _sent_once(stack: PgStack, user_id: int, client_id: str) -> bool:
