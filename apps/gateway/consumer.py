@@ -304,7 +304,15 @@ class GatewayConsumer(AsyncWebsocketConsumer):
         if identity.user_id != self.identity.user_id:
             await self.disconnect_with(P.DISCONNECT_INVALID_TOKEN, "token of another user")
             return
-        if not await db_hop(identity_valid)(identity):
+        try:
+            valid = await db_hop(identity_valid)(identity)
+        except Exception:  # the database away: the client retries its refresh, the socket stays
+            log.exception("refresh failed for user %s", identity.user_id)
+            await self.send_objs(
+                P.error(cmd.id, P.ERR_INTERNAL, "internal server error", temporary=True)
+            )
+            return
+        if not valid:
             await self.disconnect_with(P.DISCONNECT_INVALID_TOKEN)
             return
         self.identity = identity

@@ -15,7 +15,14 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from django.db import IntegrityError, close_old_connections, transaction
+from django.db import (
+    IntegrityError,
+    InterfaceError,
+    OperationalError,
+    close_old_connections,
+    connection,
+    transaction,
+)
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
@@ -54,7 +61,14 @@ class Worker:
 
     def run(self) -> None:
         log.info("worker started (lease %d ms)", self.lease_ms)
-        self.recover()
+        while not self.stopping.is_set():  # a worker started while the database is down waits
+            try:
+                self.recover()
+                break
+            except Exception:
+                log.exception("start-up recovery failed; retrying in a second")
+                close_old_connections()
+                time.sleep(1)
         last_sweep = 0.0
         while not self.stopping.is_set():
             close_old_connections()
@@ -98,6 +112,16 @@ class Worker:
                     log.warning("lost session %s mid-item; leaving it to the new holder",
                                 hold.session_id)
                     return
+                except (OperationalError, InterfaceError):
+                    if connection.is_usable():
+                        log.exception("work item %s of session %s failed", work, hold.session_id)
+                    else:  # the database went away: keep the item (it goes back to the head of
+                        # its list, unacknowledged) and let the loop pause before trying again
+                        log.exception("database lost during item %s of session %s; keeping it",
+                                      work, hold.session_id)
+                        connection.close()
+                        hold.yield_session()
+                        raise
                 except Exception:
                     log.exception("work item %s of session %s failed", work, hold.session_id)
                 finally:

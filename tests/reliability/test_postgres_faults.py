@@ -323,9 +323,6 @@ async def test_postgresql_down_answers_temporary_errors_on_open_sockets(pg_stack
     assert pg_stack.processes_alive()
 
 
-@pytest.mark.xfail(strict=True, reason="GatewayConsumer._refresh lets the database error escape "
-                   "(the consumer dies, Daphne closes the socket) instead of answering 100 "
-                   "temporary like connect and rpc")
 async def test_refresh_while_postgresql_is_down_keeps_the_socket(pg_stack: PgStack) -> None:
     token = issue_access_token(pg_stack.make_user())
     async with ws_connect(pg_stack.web.ws_url) as ws:
