@@ -50,7 +50,9 @@ run: install vendor
 	$(BIN)/python -m rtcagent.devrun
 
 ## The widget against the project's scripted model (no provider account needed). The model's
-## port comes from DEMO_LLM_PORT, else a free one.
+## port comes from DEMO_LLM_PORT, else a free one. The model runs in the background, where a
+## non-interactive shell ignores Ctrl-C, and a shell killed by a signal skips its EXIT trap:
+## hence the traps on the signals too.
 FREE_PORT = import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])
 WAIT_PORT = import socket, sys, time; port = int(sys.argv[1]); \
 	up = any(socket.socket().connect_ex(("127.0.0.1", port)) == 0 or time.sleep(0.1) \
@@ -61,7 +63,7 @@ demo: install vendor
 	  printf '\n==> %s\n' "Starting the scripted model on 127.0.0.1:$$port, then rtcagent on port $(PORT)"; \
 	  $(BIN)/python -m rtcagent.devtools.scripted_llm --port $$port \
 	    --script docs/examples/demo-script.json & llm=$$!; \
-	  trap 'kill $$llm 2>/dev/null' EXIT; \
+	  trap 'kill $$llm 2>/dev/null' EXIT INT TERM HUP; \
 	  $(BIN)/python -c '$(WAIT_PORT)' $$port || exit 1; \
 	  OPENAI_API_KEY=demo OPENAI_BASE_URL=http://127.0.0.1:$$port/v1 RTC_MODEL=scripted-model \
 	  $(BIN)/python -m rtcagent.devrun
