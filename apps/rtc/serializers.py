@@ -1,36 +1,46 @@
-"""Wire shape of a remote tool call (``protocol/api.yaml`` ``Rtc``) as a plain dict."""
+"""Wire shape of a remote tool call (``docs/protocol.md`` §6.4) as an ``apps.gateway.wire``
+schema."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from apps.sessions.serializers import id_or_empty, iso
+from rest_framework import serializers
 
-from .models import Rtc
+from apps.gateway import wire
+from apps.gateway.wire import Id, RefId, Timestamp, WireSerializer
+
+from .models import Rtc, RtcStatus
+
+
+@wire.entity("rtc")
+class RtcSerializer(WireSerializer):
+    """api.yaml's ``Rtc``, plus ``tool_call_id``, ``needs_approval``, ``deadline``, ``sent_at``
+    and ``started_at``. ``message_id`` is the ``toolcall_input`` message, ``output_message_id``
+    the ``toolcall_output`` one ("" until the turn recorded what the model was told)."""
+
+    id = Id()
+    client_id = serializers.CharField(allow_blank=True)
+    session_id = Id()
+    turn_id = Id()
+    message_id = RefId()
+    output_message_id = RefId()
+    offset = serializers.IntegerField(min_value=0)
+    tool_call_id = serializers.CharField(allow_blank=True)
+    tool_name = serializers.CharField()
+    parameters = wire.JSONObject()
+    status = serializers.ChoiceField(choices=RtcStatus.choices)
+    needs_approval = serializers.BooleanField()
+    result = serializers.JSONField(allow_null=True)
+    error_message = serializers.CharField(allow_blank=True)
+    deadline = Timestamp(allow_null=True)
+    created_at = Timestamp()
+    updated_at = Timestamp()
+    sent_at = Timestamp(allow_null=True)
+    started_at = Timestamp(allow_null=True)
+    completed_at = Timestamp(allow_null=True)
+    deleted_at = Timestamp(allow_null=True)
 
 
 def rtc_to_dict(rtc: Rtc) -> dict[str, Any]:
-    """An RTC as api.yaml's ``Rtc``, plus ``tool_call_id``, ``needs_approval`` and ``deadline``."""
-    return {
-        "id": str(rtc.id),
-        "client_id": rtc.client_id,
-        "session_id": str(rtc.session_id),
-        "turn_id": str(rtc.turn_id),
-        "message_id": id_or_empty(rtc.message_id),
-        "output_message_id": id_or_empty(rtc.output_message_id),
-        "offset": rtc.offset,
-        "tool_call_id": rtc.tool_call_id,
-        "tool_name": rtc.tool_name,
-        "parameters": rtc.parameters,
-        "status": rtc.status,
-        "needs_approval": rtc.needs_approval,
-        "result": rtc.result,
-        "error_message": rtc.error_message,
-        "deadline": iso(rtc.deadline),
-        "created_at": iso(rtc.created_at),
-        "updated_at": iso(rtc.updated_at),
-        "sent_at": iso(rtc.sent_at),
-        "started_at": iso(rtc.started_at),
-        "completed_at": iso(rtc.completed_at),
-        "deleted_at": iso(rtc.deleted_at),
-    }
+    return RtcSerializer.render(rtc)

@@ -1,9 +1,10 @@
 """RPC namespace ``v1.session.*`` and ``v1.message.*`` (reads and session actions).
 
-Handlers adapt: validate params, make one selector or service call, shape the reply. Queries
-answer the data (``{items, next_cursor}`` for lists, ``{item}`` for one entity, as api.yaml's
-``*ListResponse`` / ``*GetResponse``); actions answer ``{result, updates}``. Everything is scoped to
-the caller: another user's ids are ``<entity>.not_found``. ``message.send`` lives with the engine.
+Handlers adapt: validate params, make one selector or service call, and return the reply, which
+its ``@replies`` schema (``apps.gateway.wire``) renders. Queries answer the data (``{items,
+next_cursor}`` for lists, ``{item}`` for one entity, as api.yaml's ``*ListResponse`` /
+``*GetResponse``); actions answer ``{result, updates}``. Everything is scoped to the caller:
+another user's ids are ``<entity>.not_found``.
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ from rest_framework import serializers
 
 from apps.gateway.params import validate
 from apps.gateway.registry import RpcContext, rpc
+from apps.gateway.wire import Id, RefId, action, one, page, replies, success
 
 from . import selectors, services
 from .models import WorkMode
-from .serializers import message_to_dict, session_to_dict
+from .serializers import MessageSerializer, SessionSerializer
 
 
 class _PageParams(serializers.Serializer):
@@ -64,22 +66,26 @@ class _MessageParams(serializers.Serializer):
 
 
 @rpc("v1.session.list")
+@replies(page(SessionSerializer, serializers.CharField(allow_blank=True)))
 def session_list(ctx: RpcContext, params: dict[str, Any]) -> dict[str, Any]:
     """The caller's sessions, newest update first: ``{items, next_cursor}`` ("" at the end)."""
     p = validate(_PageParams, params)
-    page = selectors.session_list(user_id=ctx.user_id, cursor=p.get("cursor"), limit=p.get("limit"))
-    return {"items": [session_to_dict(s) for s in page.items], "next_cursor": page.next_cursor}
+    found = selectors.session_list(
+        user_id=ctx.user_id, cursor=p.get("cursor"), limit=p.get("limit")
+    )
+    return {"items": found.items, "next_cursor": found.next_cursor}
 
 
 @rpc("v1.session.get")
+@replies(one(SessionSerializer))
 def session_get(ctx: RpcContext, params: dict[str, Any]) -> dict[str, Any]:
     """One of the caller's sessions: ``{item}``."""
     p = validate(_SessionParams, params)
-    session = selectors.session_get(user_id=ctx.user_id, session_id=p["session_id"])
-    return {"item": session_to_dict(session)}
+    return {"item": selectors.session_get(user_id=ctx.user_id, session_id=p["session_id"])}
 
 
 @rpc("v1.session.open")
+@replies(action("SessionOpen", success=success()))
 def session_open(ctx: RpcContext, params: dict[str, Any]) -> dict[str, Any]:
     """Reopen a closed session (closed -> idle); success without Updates if it is not closed."""
     p = validate(_SessionParams, params)
@@ -88,6 +94,7 @@ def session_open(ctx: RpcContext, params: dict[str, Any]) -> dict[str, Any]:
 
 
 @rpc("v1.session.close")
+@replies(action("SessionClose", success=success()))
 def session_close(ctx: RpcContext, params: dict[str, Any]) -> dict[str, Any]:
     """Close a session; ``client_id`` is accepted and not used for deduplication."""
     p = validate(_CloseParams, params)
@@ -96,6 +103,7 @@ def session_close(ctx: RpcContext, params: dict[str, Any]) -> dict[str, Any]:
 
 
 @rpc("v1.session.update")
+@replies(action("SessionUpdate", session_id=Id()))
 def session_update(ctx: RpcContext, params: dict[str, Any]) -> dict[str, Any]:
     """Change ``title`` / ``work_mode`` or soft-delete (``deleted_at``): ``{session_id}``."""
     p = validate(_UpdateParams, params)
@@ -110,6 +118,8 @@ def session_update(ctx: RpcContext, params: dict[str, Any]) -> dict[str, Any]:
 
 
 @rpc("v1.session.fork")
+@replies(action("SessionFork", session_id=Id(), turn_id=RefId(),
+                message_ids=serializers.ListField(child=Id())))
 def session_fork(ctx: RpcContext, params: dict[str, Any]) -> dict[str, Any]:
     """Fork before a message with new content: ``{session_id, turn_id: "", message_ids}``."""
     p = validate(_ForkParams, params)
@@ -133,25 +143,26 @@ def session_fork(ctx: RpcContext, params: dict[str, Any]) -> dict[str, Any]:
 
 
 @rpc("v1.message.list")
+@replies(page(MessageSerializer, serializers.IntegerField(allow_null=True)))
 def message_list(ctx: RpcContext, params: dict[str, Any]) -> dict[str, Any]:
     """Messages after ``cursor`` (a global_offset), ascending: ``{items, next_cursor}``
-    (``next_cursor`` is ``null`` at the end)."""
+    (``next_cursor`` is ``null`` at the end: 0 would be a valid cursor)."""
     p = validate(_MessageListParams, params)
-    page = selectors.message_list(
+    found = selectors.message_list(
         user_id=ctx.user_id,
         session_id=p["session_id"],
         cursor=p.get("cursor"),
         limit=p.get("limit"),
     )
-    return {"items": [message_to_dict(m) for m in page.items], "next_cursor": page.next_cursor}
+    return {"items": found.items, "next_cursor": found.next_cursor}
 
 
 @rpc("v1.message.get")
+@replies(one(MessageSerializer))
 def message_get(ctx: RpcContext, params: dict[str, Any]) -> dict[str, Any]:
     """One of the caller's messages: ``{item}``."""
     p = validate(_MessageParams, params)
-    message = selectors.message_get(user_id=ctx.user_id, message_id=p["message_id"])
-    return {"item": message_to_dict(message)}
+    return {"item": selectors.message_get(user_id=ctx.user_id, message_id=p["message_id"])}
 
 
 class _SendParams(serializers.Serializer):
@@ -174,8 +185,10 @@ class _SendParams(serializers.Serializer):
 
 
 @rpc("v1.message.send")
+@replies(action("MessageSend", session_id=Id(), turn_id=RefId(), message_id=Id()))
 def message_send(ctx: RpcContext, params: dict[str, Any]) -> dict[str, Any]:
-    """Send a user message: ``{session_id, turn_id: "", message_id}``; the turn starts async."""
+    """Send a user message: ``{session_id, turn_id: "", message_id}``; the turn starts async.
+    ``agent_prompt`` is kept only when the message creates the session."""
     p = validate(_SendParams, params)
     sent = services.message_send(
         user_id=ctx.user_id,
@@ -203,6 +216,7 @@ class _CompactParams(_SessionParams):
 
 
 @rpc("v1.session.compact")
+@replies(action("SessionCompact", success=success(), queued=serializers.BooleanField()))
 def session_compact(ctx: RpcContext, params: dict[str, Any]) -> dict[str, Any]:
     """Queue a compaction of the session's context: ``{success, queued}``, ``updates`` empty
     (the ``summary`` message arrives on the topic when the worker has written it)."""

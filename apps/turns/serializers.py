@@ -1,31 +1,38 @@
-"""Wire shape of a turn (``protocol/api.yaml`` ``Turn``) as a plain, JSON-ready dict."""
+"""Wire shape of a turn (``docs/protocol.md`` §6.3) as an ``apps.gateway.wire`` schema."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from apps.sessions.serializers import id_or_empty, iso
+from rest_framework import serializers
 
-from .models import Turn
+from apps.gateway import wire
+from apps.gateway.wire import Id, RefId, Timestamp, WireSerializer
+
+from .models import Turn, TurnStatus
+
+
+@wire.entity("turn")
+class TurnSerializer(WireSerializer):
+    """api.yaml's ``Turn``, plus its trigger message, token usage and ``updated_at``."""
+
+    id = Id()
+    client_id = serializers.CharField(allow_blank=True)
+    session_id = Id()
+    status = serializers.ChoiceField(choices=TurnStatus.choices)
+    trigger_message_id = RefId()
+    error_message = serializers.CharField(allow_blank=True)
+    input_tokens = serializers.IntegerField()
+    output_tokens = serializers.IntegerField()
+    total_tokens = serializers.IntegerField()
+    cached_tokens = serializers.IntegerField()
+    reasoning_tokens = serializers.IntegerField()
+    created_at = Timestamp()
+    updated_at = Timestamp()
+    started_at = Timestamp(allow_null=True)
+    completed_at = Timestamp(allow_null=True)
+    deleted_at = Timestamp(allow_null=True)
 
 
 def turn_to_dict(turn: Turn) -> dict[str, Any]:
-    """A Turn as api.yaml's ``Turn``, plus its trigger message and token usage."""
-    return {
-        "id": str(turn.id),
-        "client_id": turn.client_id,
-        "session_id": str(turn.session_id),
-        "status": turn.status,
-        "trigger_message_id": id_or_empty(turn.trigger_message_id),
-        "error_message": turn.error_message,
-        "input_tokens": turn.input_tokens,
-        "output_tokens": turn.output_tokens,
-        "total_tokens": turn.total_tokens,
-        "cached_tokens": turn.cached_tokens,
-        "reasoning_tokens": turn.reasoning_tokens,
-        "created_at": iso(turn.created_at),
-        "updated_at": iso(turn.updated_at),
-        "started_at": iso(turn.started_at),
-        "completed_at": iso(turn.completed_at),
-        "deleted_at": iso(turn.deleted_at),
-    }
+    return TurnSerializer.render(turn)
