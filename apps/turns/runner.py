@@ -23,7 +23,13 @@ from apps.rtc import tools as rtc_tools
 from apps.rtc.models import TERMINAL_RTC_STATUSES, Rtc, RtcStatus
 from apps.rtc.serializers import rtc_to_dict
 from apps.sessions.models import ContentType, Message, MessageRole, Session, SessionStatus
-from apps.sessions.serializers import message_to_dict, session_to_dict
+from apps.sessions.serializers import (
+    ErrorData,
+    ToolCallInput,
+    ToolCallOutput,
+    message_to_dict,
+    session_to_dict,
+)
 from apps.sessions.services import session_allocate_offsets
 from apps.turns import state
 from apps.turns.engine import Checkpoint, RtcOutcome
@@ -81,11 +87,14 @@ def conversation_for(session: Session, turn: Turn | None = None) -> list[dict[st
 
 
 def _conversation(messages: list[Message]) -> list[dict[str, Any]]:
-    """Chat Completions messages for stored rows; tool calls only with their results."""
+    """Chat Completions messages for stored rows; tool calls only with their results.
+
+    A result is paired with its call by ``parent_message_id`` (tool call ids repeat across
+    answers with many models)."""
     outputs = {
-        m.content["data"].get("id"): m
+        m.parent_message_id: m
         for m in messages
-        if m.content.get("type") == ContentType.TOOLCALL_OUTPUT
+        if m.content.get("type") == ContentType.TOOLCALL_OUTPUT and m.parent_message_id
     }
     out: list[dict[str, Any]] = []
     for m in messages:
@@ -98,8 +107,8 @@ def _conversation(messages: list[Message]) -> list[dict[str, Any]]:
             out.append({"role": "user", "content": text})
         elif kind == ContentType.MARKDOWN and data:
             out.append({"role": "assistant", "content": data})
-        elif kind == ContentType.TOOLCALL_INPUT and data.get("id") in outputs:
-            result = outputs[data["id"]].content["data"]
+        elif kind == ContentType.TOOLCALL_INPUT and m.id in outputs:
+            result = outputs[m.id].content["data"]
             out.append(
                 {
                     "role": "assistant",
@@ -108,10 +117,7 @@ def _conversation(messages: list[Message]) -> list[dict[str, Any]]:
                         {
                             "id": data["id"],
                             "type": "function",
-                            "function": {
-                                "name": data["name"],
-                                "arguments": data.get("arguments", "{}"),
-                            },
+                            "function": {"name": data["tool_name"], "arguments": data["input"]},
                         }
                     ],
                 }
@@ -182,9 +188,13 @@ class DjangoTurnPorts:
     # --- messages ---------------------------------------------------------------------------
 
     def _message(
-        self, key: str, role: str, content: dict[str, Any], *, streaming: str = "completed"
+        self, key: str, role: str, content: dict[str, Any], *, streaming: str = "completed",
+        parent: Message | None = None, output_of: str | None = None,
     ) -> Message:
-        """Create the turn's message ``key`` once (publishing message.created)."""
+        """Create the turn's message ``key`` once (publishing message.created).
+
+        ``output_of`` names a tool call whose RTC gets this message as ``output_message_id``, in
+        the same transaction and Update (``rtc`` updated), so a message that exists is linked."""
         client_id = f"turn:{self.tid}:{key}"
         with transaction.atomic():
             found = Message.objects.filter(user_id=self.user_id, client_id=client_id).first()
@@ -202,13 +212,23 @@ class DjangoTurnPorts:
                 role=role,
                 content=content,
                 streaming_status=streaming,
+                parent_message=parent,
             )
-            publish_update(
-                user_id=self.user_id,
-                items=[item("message", "created", msg.id)],
-                data_list=[message_to_dict(msg)],
-            )
+            items, data_list = [item("message", "created", msg.id)], [message_to_dict(msg)]
+            if output_of is not None:
+                rtc = self._link_output(output_of, msg)
+                if rtc is not None:
+                    items.append(item("rtc", "updated", rtc.id))
+                    data_list.append(rtc_to_dict(rtc))
+            publish_update(user_id=self.user_id, items=items, data_list=data_list)
             return msg
+
+    def _link_output(self, call_id: str, msg: Message) -> Rtc | None:
+        """The RTC of tool call ``call_id`` in this turn, now pointing at its output ``msg``."""
+        rtcs = Rtc.objects.filter(turn_id=self.turn.id, tool_call_id=call_id)
+        if not rtcs.update(output_message=msg, updated_at=timezone.now()):
+            return None  # refused before it became an RTC (bad arguments, unknown tool)
+        return rtcs.get()
 
     def _update_message(self, msg: Message, **fields: Any) -> None:
         with transaction.atomic():
@@ -286,25 +306,32 @@ class DjangoTurnPorts:
         raise LookupError(name)
 
     def record_call(self, step: int, call: dict[str, Any]) -> None:
+        """The ``toolcall_input`` message: api.yaml's ``ToolCall`` as the model issued it."""
+        data = ToolCallInput.make(id=call["id"], tool_name=call["name"], input=call["arguments"])
         self._message(
             f"{step}:call:{_call_key(call['id'])}",
             MessageRole.ASSISTANT,
-            {"type": ContentType.TOOLCALL_INPUT, "data": dict(call)},
+            {"type": ContentType.TOOLCALL_INPUT, "data": data},
         )
 
     def record_result(self, step: int, call: dict[str, Any], output: str, status: str) -> None:
+        """The ``toolcall_output`` message: the same ``ToolCall`` with ``output`` (what the model
+        sees) and ``status``; its parent is the ``toolcall_input`` message, and the call's RTC
+        (if it had one) gets it as ``output_message_id``."""
+        ck = _call_key(call["id"])
+        call_msg = Message.objects.filter(
+            user_id=self.user_id, client_id=f"turn:{self.tid}:{step}:call:{ck}"
+        ).first()
+        data = ToolCallOutput.make(
+            id=call["id"], tool_name=call["name"], input=call["arguments"],
+            output=output, status=status,
+        )
         self._message(
-            f"{step}:result:{_call_key(call['id'])}",
+            f"{step}:result:{ck}",
             MessageRole.TOOL,
-            {
-                "type": ContentType.TOOLCALL_OUTPUT,
-                "data": {
-                    "id": call["id"],
-                    "name": call["name"],
-                    "output": output,
-                    "status": status,
-                },
-            },
+            {"type": ContentType.TOOLCALL_OUTPUT, "data": data},
+            parent=call_msg,
+            output_of=call["id"],
         )
 
     def create_rtc(self, step: int, call: dict[str, Any], arguments: dict[str, Any]) -> str:
@@ -473,6 +500,7 @@ def add_error_message(turn: Turn, error: LLMError) -> None:
     }
     if rtc_setting("SHOW_RAW_ERRORS"):
         data["raw_error"] = error.raw_error
+    data = ErrorData.make(**data)
     with transaction.atomic():
         offset = session_allocate_offsets(session_id=turn.session_id)
         msg = Message.objects.create(

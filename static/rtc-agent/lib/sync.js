@@ -3,6 +3,9 @@
 // resume from exactly the position that matches the cached state. When the server answers
 // `recovered: false` (or there is nothing stored) everything is reloaded through RPC queries.
 const KINDS = { session: 'sessions', message: 'messages', rtc: 'rtcs', turn: 'turns' };
+// The wire shape of the cached entities: a snapshot of another shape is dropped, so everything is
+// reloaded (2: tool call messages carry api.yaml's {id, tool_name, input, output, status}).
+const FORMAT = 2;
 
 export class Sync {
   constructor({ store, db, conn, onRtc }) {
@@ -17,7 +20,7 @@ export class Sync {
 
   async restore() {
     const snap = await this.db.get('kv', 'snapshot');
-    if (!snap) return null;
+    if (!snap || snap.format !== FORMAT) return null;
     const { sessions, messages, rtcs, loaded } = snap.state;
     Object.assign(this.store.state, { sessions, messages, rtcs, loaded });
     this.position = snap.position;
@@ -33,7 +36,7 @@ export class Sync {
 
   async persist() {
     const { sessions, messages, rtcs, loaded } = this.store.state;
-    const snap = { position: this.position, state: { sessions, messages, rtcs, loaded } };
+    const snap = { format: FORMAT, position: this.position, state: { sessions, messages, rtcs, loaded } };
     await this.db.putMany([['kv', snap, 'snapshot']]);
   }
 

@@ -108,7 +108,7 @@ class MessageList extends View {
       }
       case 'toolcall_input': return this.renderTool(data || {}, rtcs.get(m.id) || rtcs.get(`${m.turn_id}/${data && data.id}`), state);
       case 'toolcall_output':
-        return `<details class="muted"><summary>Result of ${esc(data.name || 'tool')}</summary><div class="out">${esc(data.output)}</div></details>`;
+        return `<details class="muted"><summary>Result of ${esc(data.tool_name || 'tool')}</summary><div class="out">${esc(data.output)}</div></details>`;
       case 'error':
         return `<div class="error" part="error" role="alert"><div class="row"><b class="grow">${esc(data.title || 'Error')}</b><span class="status failed">${esc(data.category || 'system')}</span></div>
           <div>${esc(data.message || '')}</div><div style="margin-top:6px"><button data-retry="${esc(m.session_id)}">Retry</button></div></div>`;
@@ -123,7 +123,7 @@ class MessageList extends View {
     let status = rtc ? STATUS[rtc.status] || rtc.status : 'pending';
     if (local && local.running && rtc.status !== 'completed' && rtc.status !== 'failed') status = 'running';
     const owner = rtc && this.agent.executor.owns(rtc.session_id);
-    const args = typeof call.arguments === 'string' ? call.arguments : JSON.stringify(call.arguments || {});
+    const args = String(call.input || '');  // the raw JSON text of the model's arguments
     const terminal = rtc && ['completed', 'failed', 'timeout', 'rejected'].includes(rtc.status);
     let extra = '';
     if (prompt && !terminal) {
@@ -134,8 +134,8 @@ class MessageList extends View {
     const note = queued ? '<span class="muted">delivering result…</span>'
       : rtc && !owner && !terminal ? '<span class="muted">runs on another device</span>' : '';
     const err = rtc && rtc.error_message ? `<div class="muted">${esc(rtc.error_message)}</div>` : '';
-    return `<div class="tool" part="tool" data-tool="${esc(call.name)}" data-status="${esc(status)}">
-      <div class="row"><span class="name">${esc(call.name)}</span><span class="grow muted" style="overflow:hidden;text-overflow:ellipsis;white-space:nowrap">${esc(args.slice(0, 120))}</span>
+    return `<div class="tool" part="tool" data-tool="${esc(call.tool_name)}" data-status="${esc(status)}">
+      <div class="row"><span class="name">${esc(call.tool_name)}</span><span class="grow muted" style="overflow:hidden;text-overflow:ellipsis;white-space:nowrap">${esc(args.slice(0, 120))}</span>
       <span class="status ${esc(status.split(' ')[0])}">${esc(prompt && !terminal && prompt.kind === 'approval' ? 'awaiting approval' : status)}</span></div>${note}${err}${extra}</div>`;
   }
 
