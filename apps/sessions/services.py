@@ -416,8 +416,10 @@ def message_send(
     Idempotent on ``client_id``: a reused one is ``ClientIdConflict`` whose details name the
     existing ``session_id`` and ``message_id``, and nothing is written. Beyond the user's caps
     (``turn_limits_check``) it is ``RateLimited`` and nothing is written either. The sending
-    device becomes the session's executing device. The turn is started by a worker: after
-    commit the message is queued behind any turn still running in the session, in order.
+    device becomes the session's executing device. ``agent_prompt`` is a snapshot taken when the
+    session is created (as the original's AGENT.md); later sends never change it. The turn is
+    started by a worker: after commit the message is queued behind any turn still running in
+    the session, in order.
     """
     from apps.turns.queue import enqueue_message
 
@@ -452,8 +454,6 @@ def message_send(
             changes: dict[str, Any] = {"updated_at": timezone.now()}
             if device_id:
                 changes["device_id"] = device_id
-            if agent_prompt is not None:
-                changes["agent_prompt"] = agent_prompt
             if work_mode is not None:
                 changes["work_mode"] = work_mode
             if host_functions is not None:

@@ -129,3 +129,20 @@ def test_another_users_message_is_not_found(make_user):
         assert "secret" not in str(err.value)
     message.refresh_from_db()
     assert message.content == {"type": "text", "data": "secret"}
+
+
+def test_message_send_takes_agent_prompt_only_when_it_creates_the_session(make_user):
+    from apps.sessions.models import Session
+
+    user = make_user()
+
+    def send(**params):
+        return call("v1.message.send", user, {
+            "content_data": {"type": "text", "data": "hi"}, "client_id": str(uuid.uuid4()),
+            **params})
+
+    sid = send(agent_prompt="Be brief.")["result"]["session_id"]
+    later = send(server_session_id=sid, agent_prompt="Be verbose.")
+    assert later["result"]["session_id"] == sid
+    assert later["updates"][0]["data_list"][0]["agent_prompt"] == "Be brief."
+    assert Session.objects.get(pk=sid).agent_prompt == "Be brief."
