@@ -59,7 +59,8 @@ def _stop(turn_id: str) -> str:
 
 def checkpoint_load(turn_id: str) -> dict[str, Any] | None:
     """The turn's checkpoint from Redis, else from PostgreSQL (copied back into Redis), else
-    None: the turn has no checkpoint anywhere."""
+    None: the turn has no checkpoint anywhere. ``CheckpointNotCached`` when PostgreSQL has it
+    but Redis refuses the copy (the turn pauses before calling the model)."""
     raw = get_redis().get(_cp(turn_id))
     if raw:
         return json.loads(raw)
@@ -69,8 +70,12 @@ def checkpoint_load(turn_id: str) -> dict[str, Any] | None:
     log.info("checkpoint of turn %s restored from PostgreSQL (Redis had none)", turn_id)
     try:  # NX: never overwrite a copy written meanwhile
         get_redis().set(_cp(turn_id), json.dumps(data), ex=CHECKPOINT_TTL, nx=True)
-    except redis.RedisError as exc:  # the next save tells loudly; reading needs no copy
-        log.warning("could not copy the checkpoint of turn %s back into Redis: %s", turn_id, exc)
+    except redis.RedisError as exc:
+        # Running on would call the model and then fail at the next save (Redis full or away),
+        # once per sweep: pause here instead, before any model call, until Redis takes writes.
+        log.error("could not copy the checkpoint of turn %s back into Redis (%s: %s); the turn "
+                  "waits until Redis accepts writes", turn_id, type(exc).__name__, exc)
+        raise CheckpointNotCached(turn_id) from exc
     return data
 
 
