@@ -95,7 +95,7 @@ COLLECT_CHECK = import sys, django; from django.conf import settings; django.set
 check-deploy: install vendor
 	@export DJANGO_DEBUG=False DJANGO_SECRET_KEY=$$(openssl rand -hex 40) \
 	  DJANGO_ALLOWED_HOSTS=example.com REDIS_URL=$${REDIS_URL:-redis://127.0.0.1:6379/0} \
-	  DJANGO_SETTINGS_MODULE=rtcagent.settings; \
+	  RTC_JWT_KEY_DIR=$${RTC_JWT_KEY_DIR:-var/keys} DJANGO_SETTINGS_MODULE=rtcagent.settings; \
 	$(BIN)/python manage.py check --deploy --fail-level WARNING || exit $$?; \
 	root=$$(mktemp -d) && trap 'rm -rf "$$root"' EXIT && \
 	$(BIN)/python -c '$(COLLECT_CHECK)' "$$root"

@@ -63,3 +63,28 @@ def test_health_endpoints_report_the_real_services() -> None:
     ready = client.get("/readyz")
     assert ready.status_code == 200
     assert ready.json() == {"status": "ok", "database": "ok", "redis": "ok", "objects": "ok"}
+
+
+def test_production_refuses_a_generated_jwt_key() -> None:
+    base = {"DJANGO_DEBUG": "False", "DJANGO_SECRET_KEY": secrets.token_urlsafe(50),
+            "DJANGO_ALLOWED_HOSTS": "agent.example.com", "REDIS_URL": "redis://127.0.0.1:1/0"}
+    env = child_env(**base)
+    env.pop("RTC_JWT_KEY_DIR")
+    env.pop("RTC_JWT_PRIVATE_KEY", None)
+    result = subprocess.run([sys.executable, "manage.py", "check"], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0
+    assert "set RTC_JWT_PRIVATE_KEY (a PEM) or RTC_JWT_KEY_DIR" in result.stderr
+
+
+def test_rediss_urls_take_the_certificate_policy() -> None:
+    code = "from django.conf import settings; print(settings.REDIS_URL)"
+    env = child_env(REDIS_URL="rediss://:pw@redis.example.com:6380/0",
+                    RTC_REDIS_SSL_CERT_REQS="none")
+    result = subprocess.run([sys.executable, "-c", f"import django; django.setup(); {code}"],
+                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert result.stdout.strip() == "rediss://:pw@redis.example.com:6380/0?ssl_cert_reqs=none"
+    import redis
+
+    pool = redis.ConnectionPool.from_url(result.stdout.strip())
+    assert pool.connection_kwargs["ssl_cert_reqs"] == "none"
