@@ -254,7 +254,8 @@ async def test_postgresql_restarted_while_an_rtc_waits(pg_stack: PgStack, model:
         late = await tab.submit(rtc["id"], "a.md", client_id=body["client_id"])
         assert late["result"]["duplicate"] is True and late["updates"] == []
         await assert_replay_matches(tab, [sid])
-        assert stream_history(tab, "rtc") == {rtc["id"]: ["created:pending", "updated:completed"]}
+        assert stream_history(tab, "rtc") == {
+            rtc["id"]: ["created:pending", "updated:completed", "updated:completed+output"]}
         assert len(tab.rec.of("connected")) == 1
     assert await asyncio.to_thread(pg_stack.ledger, sid) == {
         "turns": ["completed"], "rtcs": [("c1", "completed", body["client_id"], "a.md")],

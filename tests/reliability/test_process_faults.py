@@ -176,14 +176,16 @@ async def assert_replay_matches(tab: Browser, session_ids: list[str]) -> None:
 
 
 def stream_history(tab: Browser, entity: str) -> dict[str, list[str]]:
-    """Per entity id, the statuses its snapshots went through on the topic, in order."""
+    """Per entity id, the statuses its snapshots went through on the topic, in order
+    (``+output`` once an RTC's ``toolcall_output`` message is linked)."""
     seen: dict[str, list[str]] = {}
     tab.all(entity)
     for update in tab.updates:
         for it, data in zip(update["items"], update["data_list"], strict=True):
             if it["entity"] == entity:
+                linked = "+output" if data.get("output_message_id") else ""
                 seen.setdefault(it["entity_id"], []).append(
-                    f"{it['action']}:{data.get('status', '')}")
+                    f"{it['action']}:{data.get('status', '')}{linked}")
     return seen
 
 
@@ -352,8 +354,8 @@ async def test_every_process_killed_while_the_browser_submits(
         (turn,) = stream_history(tab, "turn").values()
         assert turn[-1] == "updated:completed" and turn.count("updated:completed") == 1
         assert stream_history(tab, "rtc") == {
-            rtc1["id"]: ["created:pending", "updated:completed"],
-            rtc2["id"]: ["created:pending", "updated:completed"],
+            rtc1["id"]: ["created:pending", "updated:completed", "updated:completed+output"],
+            rtc2["id"]: ["created:pending", "updated:completed", "updated:completed+output"],
         }
     held = await sync_to_async(ledger)(sid)
     assert held == {
@@ -401,7 +403,8 @@ async def test_worker_killed_between_a_result_and_its_resume(
         assert late["result"]["duplicate"] is True and late["updates"] == []
 
         await assert_replay_matches(tab, [sid])
-        assert stream_history(tab, "rtc") == {rtc["id"]: ["created:pending", "updated:completed"]}
+        assert stream_history(tab, "rtc") == {
+            rtc["id"]: ["created:pending", "updated:completed", "updated:completed+output"]}
         (turn,) = stream_history(tab, "turn").values()
         assert turn[-1] == "updated:completed" and turn.count("updated:completed") == 1
     assert await sync_to_async(ledger)(sid) == {
