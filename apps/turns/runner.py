@@ -189,12 +189,14 @@ class DjangoTurnPorts:
 
     def _message(
         self, key: str, role: str, content: dict[str, Any], *, streaming: str = "completed",
-        parent: Message | None = None, output_of: str | None = None,
+        answers: Message | None = None,
     ) -> Message:
         """Create the turn's message ``key`` once (publishing message.created).
 
-        ``output_of`` names a tool call whose RTC gets this message as ``output_message_id``, in
-        the same transaction and Update (``rtc`` updated), so a message that exists is linked."""
+        ``answers`` is the ``toolcall_input`` message a result belongs to: it becomes the
+        parent, and its RTC (if the call became one) gets this message as ``output_message_id``
+        in the same transaction and Update (``rtc`` updated), so a message that exists is
+        linked."""
         client_id = f"turn:{self.tid}:{key}"
         with transaction.atomic():
             found = Message.objects.filter(user_id=self.user_id, client_id=client_id).first()
@@ -212,20 +214,20 @@ class DjangoTurnPorts:
                 role=role,
                 content=content,
                 streaming_status=streaming,
-                parent_message=parent,
+                parent_message=answers,
             )
             items, data_list = [item("message", "created", msg.id)], [message_to_dict(msg)]
-            if output_of is not None:
-                rtc = self._link_output(output_of, msg)
+            if answers is not None:
+                rtc = self._link_output(answers, msg)
                 if rtc is not None:
                     items.append(item("rtc", "updated", rtc.id))
                     data_list.append(rtc_to_dict(rtc))
             publish_update(user_id=self.user_id, items=items, data_list=data_list)
             return msg
 
-    def _link_output(self, call_id: str, msg: Message) -> Rtc | None:
-        """The RTC of tool call ``call_id`` in this turn, now pointing at its output ``msg``."""
-        rtcs = Rtc.objects.filter(turn_id=self.turn.id, tool_call_id=call_id)
+    def _link_output(self, call_msg: Message, msg: Message) -> Rtc | None:
+        """The RTC made for ``call_msg``, now pointing at its output ``msg``."""
+        rtcs = Rtc.objects.filter(turn_id=self.turn.id, message=call_msg)
         if not rtcs.update(output_message=msg, updated_at=timezone.now()):
             return None  # refused before it became an RTC (bad arguments, unknown tool)
         return rtcs.get()
@@ -330,8 +332,7 @@ class DjangoTurnPorts:
             f"{step}:result:{ck}",
             MessageRole.TOOL,
             {"type": ContentType.TOOLCALL_OUTPUT, "data": data},
-            parent=call_msg,
-            output_of=call["id"],
+            answers=call_msg,
         )
 
     def create_rtc(self, step: int, call: dict[str, Any], arguments: dict[str, Any]) -> str:
