@@ -81,6 +81,7 @@ INSTALLED_APPS = [
     "apps.memory",
     "apps.attachments",
     "apps.gateway",
+    "apps.ops",
 ]
 
 MIDDLEWARE = [

@@ -26,7 +26,7 @@ class UserAdmin(BaseUserAdmin):
         ("Important dates", {"fields": ("last_login", "date_joined")}),
     )
     add_fieldsets = ((None, {"classes": ("wide",), "fields": ("email", "password1", "password2")}),)
-    actions = ("revoke_tokens", "deactivate")
+    actions = ("revoke_tokens", "deactivate", "force_disconnect")
 
     @admin.action(description="Revoke all tokens (and close their connections)")
     def revoke_tokens(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
@@ -39,3 +39,14 @@ class UserAdmin(BaseUserAdmin):
         ids = list(queryset.exclude(pk=request.user.pk).values_list("pk", flat=True))
         count = sum(user_set_active(user_id=pk, active=False) for pk in ids)
         self.message_user(request, f"Deactivated {count} user(s).", messages.SUCCESS)
+
+    @admin.action(description="Force-disconnect their sockets (3503: no reconnect until reload)",
+                  permissions=("change",))
+    def force_disconnect(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        from apps.gateway.events import disconnect_user
+        from apps.gateway.protocol import DISCONNECT_FORCE
+
+        ids = list(queryset.values_list("pk", flat=True))
+        for pk in ids:
+            disconnect_user(pk, reason="disconnected by an operator", code=DISCONNECT_FORCE)
+        self.message_user(request, f"Closed the sockets of {len(ids)} user(s).", messages.SUCCESS)

@@ -4,4 +4,5 @@ from django.apps import AppConfig
 class AccountsConfig(AppConfig):
     name = "apps.accounts"
     label = "accounts"
+    verbose_name = "Accounts"
     default_auto_field = "django.db.models.BigAutoField"

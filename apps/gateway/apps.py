@@ -5,6 +5,7 @@ from django.utils.module_loading import autodiscover_modules
 class GatewayConfig(AppConfig):
     name = "apps.gateway"
     label = "gateway"
+    verbose_name = "Gateway"
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:

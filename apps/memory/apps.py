@@ -4,4 +4,5 @@ from django.apps import AppConfig
 class MemoryConfig(AppConfig):
     name = "apps.memory"
     label = "memory"
+    verbose_name = "Memory"
     default_auto_field = "django.db.models.BigAutoField"

@@ -4,6 +4,7 @@ from django.apps import AppConfig
 class TurnsConfig(AppConfig):
     name = "apps.turns"
     label = "turns"
+    verbose_name = "Turns"
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
