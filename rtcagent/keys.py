@@ -48,3 +48,13 @@ def topic_pending(user_id: int) -> str:
 def topic_pending_users() -> str:
     """Set of user ids that have pending allocations (where the gap filler looks)."""
     return f"{PREFIX}:topic:pending-users"
+
+
+def process_report(kind: str, process_id: str) -> str:
+    """A process's latest report (JSON, with a TTL): ``kind`` is ``worker`` or ``web``."""
+    return f"{PREFIX}:ops:{kind}:{process_id}"
+
+
+def process_index(kind: str) -> str:
+    """Sorted set of the processes of a kind that reported (score: time of the last report)."""
+    return f"{PREFIX}:ops:{kind}s"

@@ -85,6 +85,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "apps.ops.middleware.RequestLatencyMiddleware",  # first: times the whole stack
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "corsheaders.middleware.CorsMiddleware",
@@ -397,3 +398,6 @@ OPENAI_BASE_URL = env.str("OPENAI_BASE_URL", default="")
 RTC_MODEL = env.str("RTC_MODEL", default="")
 RTC_LLM_TIMEOUT = env.float("RTC_LLM_TIMEOUT", default=60.0)
 RTC_LLM_MAX_ATTEMPTS = env.int("RTC_LLM_MAX_ATTEMPTS", default=3)
+
+# --- Metrics (/metrics, docs/operations.md): empty = no /metrics (404) ------------------
+RTC_METRICS_TOKEN = env.str("RTC_METRICS_TOKEN", default="")

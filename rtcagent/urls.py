@@ -11,6 +11,7 @@ urlpatterns = [
     # Browsers ask every site for /favicon.ico: a redirect to the static file, resolved per
     # request (its hashed, long-cached name in production).
     path("favicon.ico", RedirectView.as_view(url=lazy(static, str)("favicon.ico"))),
+    path("", include("apps.ops.urls")),  # the system and usage pages (admin/...), /metrics
     path("admin/", admin.site.urls),
     path("i18n/", include("django.conf.urls.i18n")),
     path("", include("apps.accounts.urls")),

@@ -42,12 +42,13 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from django.db import DataError
 
+from apps.ops.metrics import rpc_timed
 from rtcagent import keys
 from rtcagent.conf import rtc_setting, wire_limits
 from rtcagent.errors import InvalidRequest, RtcError
 
+from . import presence, recovery, registry, stream
 from . import protocol as P
-from . import recovery, registry, stream
 from .auth import Identity, TokenRejected, authenticate, identity_valid
 
 log = logging.getLogger(__name__)
@@ -72,6 +73,7 @@ def origin_allowed(origin: str, host: str) -> bool:
 
 class GatewayConsumer(AsyncWebsocketConsumer):
     async def connect(self) -> None:
+        presence.opened(self)
         self.identity: Identity | None = None
         self.connecting = False
         self.client_id = str(uuid.uuid4())
@@ -151,6 +153,7 @@ class GatewayConsumer(AsyncWebsocketConsumer):
         await self._cleanup()
 
     async def disconnect(self, code: int) -> None:
+        presence.closed(self)
         self.closed = True
         await self._cleanup()
 
@@ -452,6 +455,7 @@ class GatewayConsumer(AsyncWebsocketConsumer):
 
     # --- rpc and history ---------------------------------------------------------------------
 
+    @rpc_timed
     async def _rpc(self, cmd: P.Command) -> None:
         assert self.identity is not None
         method = cmd.params.get("method")

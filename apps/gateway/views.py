@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from django.core.files.storage import default_storage
 from django.db import connection
@@ -19,14 +20,18 @@ def healthz(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"status": "ok"})
 
 
+# Each raises when its service does not answer; also run by the system page (apps.ops.probes).
+READINESS_PROBES: tuple[tuple[str, Callable[[], object]], ...] = (
+    ("database", lambda: connection.cursor().execute("SELECT 1")),
+    ("redis", lambda: get_redis().ping()),
+    ("objects", lambda: default_storage.exists("healthcheck")),
+)
+
+
 @require_GET
 def readyz(request: HttpRequest) -> JsonResponse:
     checks: dict[str, str] = {}
-    for name, probe in (
-        ("database", lambda: connection.cursor().execute("SELECT 1")),
-        ("redis", lambda: get_redis().ping()),
-        ("objects", lambda: default_storage.exists("healthcheck")),
-    ):
+    for name, probe in READINESS_PROBES:
         try:
             probe()
             checks[name] = "ok"

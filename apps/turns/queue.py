@@ -378,3 +378,27 @@ def wait_for_bell(timeout: float) -> None:
 def sweep() -> list[str]:
     """Requeue the work of sessions whose holder's lease ran out; returns those sessions."""
     return list(get_redis().eval(_SWEEP, 2, HELD, READY, _now_ms()))
+
+
+def depth(*, scan: int = 1000) -> dict[str, int]:
+    """The queue's size for operators (the system page, /metrics): sessions with work waiting
+    (``ready``), sessions held by a worker (``held``), and the items queued in them (``items``,
+    resume and message lists, counted over at most ``scan`` sessions of each set, so a huge
+    backlog costs one bounded pipeline; ``truncated`` says when the count stopped there)."""
+    r = get_redis()
+    ready = r.zrange(READY, 0, scan - 1)
+    held = r.zrange(HELD, 0, scan - 1)
+    sessions = sorted(set(ready) | set(held))
+    with r.pipeline(transaction=False) as pipe:
+        pipe.zcard(READY)
+        pipe.zcard(HELD)
+        for sid in sessions:
+            pipe.llen(_k(sid, "resume"))
+            pipe.llen(_k(sid, "msg"))
+        n_ready, n_held, *lengths = pipe.execute()
+    return {
+        "ready": int(n_ready),
+        "held": int(n_held),
+        "items": int(sum(lengths)),
+        "truncated": int(n_ready > scan or n_held > scan),
+    }

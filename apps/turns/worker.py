@@ -28,6 +28,7 @@ from django.utils import timezone
 
 from apps.gateway import stream
 from apps.gateway.events import item, publish_update
+from apps.ops import processes
 from apps.rtc.models import TERMINAL_RTC_STATUSES, Rtc
 from apps.sessions.models import Message
 from apps.sessions.serializers import message_to_dict
@@ -56,11 +57,16 @@ class Worker:
         self.stopping = threading.Event()
         self._hold: queue.Hold | None = None
         self._pruned_at = 0.0
+        self.items_done = 0  # for the heartbeat (the system page)
+        self.current_session: str | None = None
 
     # --- main loop --------------------------------------------------------------------------
 
     def run(self) -> None:
         log.info("worker started (lease %d ms)", self.lease_ms)
+        # A thread, not this loop: a long turn would silence it. Its failures stay in it.
+        heartbeat = processes.Reporter("worker", self.heartbeat)
+        heartbeat.start()
         while not self.stopping.is_set():  # a worker started while the database is down waits
             try:
                 self.recover()
@@ -84,7 +90,11 @@ class Worker:
             except Exception:  # Redis or the database away: the lease and the sweep recover
                 log.exception("worker loop error; retrying in a second")
                 time.sleep(1)
+        heartbeat.stop()
         log.info("worker stopped")
+
+    def heartbeat(self) -> dict[str, Any]:
+        return {"session": self.current_session, "items_done": self.items_done}
 
     def drain(self, hold: queue.Hold) -> None:
         done = threading.Event()
@@ -100,6 +110,7 @@ class Worker:
 
         renewer = threading.Thread(target=renew, daemon=True)
         renewer.start()
+        self.current_session = hold.session_id
         try:
             for _ in range(self.max_items):
                 work = hold.take()
@@ -127,10 +138,12 @@ class Worker:
                 finally:
                     self._hold = None
                 hold.ack()
+                self.items_done += 1
                 if self.stopping.is_set():
                     break
             hold.yield_session()
         finally:
+            self.current_session = None
             done.set()
             renewer.join()
 
