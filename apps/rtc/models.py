@@ -2,8 +2,9 @@
 
 Invariants kept by the database:
 
-* One RTC per ``(turn, tool_call_id)``: re-running a step after a crash finds the existing row
-  instead of asking the browser twice.
+* One RTC per tool call, that is per ``toolcall_input`` message (``message``): re-running a step
+  after a crash finds the existing row instead of asking the browser twice. Not per
+  ``(turn, tool_call_id)``: models reuse ids such as ``call_0`` in later answers of one turn.
 * ``status`` only moves forward along ``RTC_TRANSITIONS``
   (pending -> sent -> executing -> completed | failed | timeout | rejected, skipping allowed);
   a finished RTC never changes, so a result is applied at most once.
@@ -86,7 +87,8 @@ class Rtc(models.Model):
         verbose_name = "RTC"
         verbose_name_plural = "RTCs"
         constraints = [
-            models.UniqueConstraint(fields=["turn", "tool_call_id"], name="rtc_turn_tool_call"),
+            models.UniqueConstraint(fields=["message"], condition=models.Q(message__isnull=False),
+                                    name="rtc_one_per_call_message"),
         ]
         indexes = [
             models.Index(fields=["session", "created_at", "id"], name="rtc_session_created"),

@@ -338,12 +338,15 @@ class DjangoTurnPorts:
     def create_rtc(self, step: int, call: dict[str, Any], arguments: dict[str, Any]) -> str:
         self._check_hold()
         with transaction.atomic():
-            rtc = Rtc.objects.filter(turn_id=self.turn.id, tool_call_id=call["id"]).first()
+            # One RTC per call message (this step's call): ids like "call_0" recur across the
+            # answers of one turn, so the id alone would find an earlier call's RTC.
+            key = f"turn:{self.tid}:{step}:call:{_call_key(call['id'])}"
+            input_msg = Message.objects.filter(user_id=self.user_id, client_id=key).first()
+            rtc = Rtc.objects.filter(turn_id=self.turn.id, message=input_msg,
+                                     tool_call_id=call["id"]).first()
             if rtc is not None:
                 return str(rtc.id)
             session = Session.objects.get(pk=self.session.id)
-            key = f"turn:{self.tid}:{step}:call:{_call_key(call['id'])}"
-            input_msg = Message.objects.filter(user_id=self.user_id, client_id=key).first()
             rtc = Rtc.objects.create(
                 session_id=session.id,
                 turn_id=self.turn.id,

@@ -327,3 +327,27 @@ async def test_compaction_replaces_the_earlier_conversation(gateway, pool, model
     assert last[1]["content"].endswith("The user greeted twice; nothing pending.")
     assert last[2] == {"role": "user", "content": "third hello"}
     assert not any("first hello" in str(m.get("content")) for m in last)
+
+
+async def test_a_tool_call_id_reused_in_a_later_answer_gets_its_own_rtc(
+    gateway, pool, model, make_user
+) -> None:
+    """Models number calls per answer ("call_0" again and again): each call is its own RTC."""
+    model.add_rule({"last_user_contains": "twice"}, {"tool_calls": [
+        {"id": "call_0", "name": "ls", "arguments": {}}]})
+    model.add_rule({"last_tool_result_contains": "listing"}, {"tool_calls": [
+        {"id": "call_0", "name": "read", "arguments": {"path": "/a.txt"}}]})
+    model.add_rule({"last_tool_result_contains": "contents"}, {"content": "done"})
+    user = await sync_to_async(make_user)()
+    async with Browser(gateway, user) as tab:
+        sid = (await tab.send("list then read, twice the same id"))["result"]["session_id"]
+        first = await tab.pending_rtc(sid)
+        assert first["tool_name"] == "ls"
+        await tab.submit(first["id"], "listing")
+        second = await tab.until(lambda: next(iter(
+            r for r in tab.rtcs(sid, "pending") if r["tool_name"] == "read"), None))
+        assert second["id"] != first["id"] and second["tool_call_id"] == "call_0"
+        await tab.submit(second["id"], "contents")
+        await tab.turn_status(sid, "completed")
+    final = model.requests[-1].body
+    assert [m["content"] for m in _tool_messages(final)] == ["listing", "contents"]
