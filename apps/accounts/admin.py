@@ -28,13 +28,15 @@ class UserAdmin(BaseUserAdmin):
     add_fieldsets = ((None, {"classes": ("wide",), "fields": ("email", "password1", "password2")}),)
     actions = ("revoke_tokens", "deactivate", "force_disconnect")
 
-    @admin.action(description="Revoke all tokens (and close their connections)")
+    @admin.action(description="Revoke all tokens (and close their connections)",
+                  permissions=("change",))
     def revoke_tokens(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
         count = sum(user_revoke_tokens(user_id=pk) for pk in queryset.values_list("pk", flat=True))
         self.message_user(request, f"Revoked the tokens of {count} user(s); they must log in "
                                    "again.", messages.SUCCESS)
 
-    @admin.action(description="Deactivate (and close their connections)")
+    @admin.action(description="Deactivate (and close their connections)",
+                  permissions=("change",))
     def deactivate(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
         ids = list(queryset.exclude(pk=request.user.pk).values_list("pk", flat=True))
         count = sum(user_set_active(user_id=pk, active=False) for pk in ids)

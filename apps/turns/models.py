@@ -90,6 +90,8 @@ class Turn(models.Model):
         indexes = [
             models.Index(fields=["session", "created_at", "id"], name="turn_session_created"),
             models.Index(fields=["status", "updated_at"], name="turn_status_updated"),
+            # per-user windows: the hourly cap on sends, the usage page
+            models.Index(fields=["user", "created_at"], name="turn_user_created"),
         ]
 
     def __str__(self) -> str:

@@ -83,3 +83,19 @@ def test_the_admin_actions_are_staff_only(client: Client, make_user: Any) -> Non
         "action": "revoke_tokens", "_selected_action": [alice.pk]})
     assert response.status_code == 302 and "/admin/login/" in response["Location"]
     assert _me(client, pair["access"]).status_code == 200
+
+
+def test_view_only_staff_cannot_revoke_or_deactivate(client: Client, make_user: Any) -> None:
+    from django.contrib.auth.models import Permission
+
+    viewer = make_user(is_staff=True)
+    viewer.user_permissions.add(Permission.objects.get(codename="view_user"))
+    alice = make_user()
+    pair = issue_token_pair(alice)
+    client.force_login(viewer)
+    assert client.get("/admin/accounts/user/").status_code == 200
+    for action in ("revoke_tokens", "deactivate"):
+        client.post("/admin/accounts/user/", {"action": action, "_selected_action": [alice.pk]})
+    alice.refresh_from_db()
+    assert alice.is_active is True
+    assert _me(client, pair["access"]).status_code == 200
