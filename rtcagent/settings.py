@@ -19,6 +19,17 @@ from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 env = environ.Env()
+if not env.str("RTC_VAR_DIR", default="") and os.environ.get("PYTEST_VERSION"):
+    # A test run (pytest sets PYTEST_VERSION before the settings load) keeps its keys, secret and
+    # objects in a folder of its own, removed when it ends: never the checkout's var/. The servers
+    # it starts inherit the folder through RTC_VAR_DIR (and remove nothing).
+    import atexit
+    import shutil
+    import tempfile
+
+    _test_var = tempfile.mkdtemp(prefix="rtcagent-test-var-")
+    os.environ["RTC_VAR_DIR"] = _test_var
+    atexit.register(shutil.rmtree, _test_var, True)
 VAR_DIR = Path(env.str("RTC_VAR_DIR", default=str(BASE_DIR / "var")))
 VAR_DIR.mkdir(parents=True, exist_ok=True)
 

@@ -226,3 +226,25 @@ def test_a_test_run_leaves_the_checkouts_valkey_and_var_alone(var_dir: Path) -> 
     # the run's own Valkey (valkey-*) and SQLite folder (rtc-test-*) went with it
     assert [p.name for p in tmp.iterdir() if not p.name.startswith("pytest-of-")] == []
     dev.close()
+
+
+def test_a_test_run_writes_nothing_into_the_checkouts_var(tmp_path: Path) -> None:
+    """Keys, the secret key, objects, SQLite files: a test run keeps them in a folder of its
+    own (``rtcagent-test-var-*`` under TMPDIR) and removes it at the end. Run in a fresh clone,
+    which has no ``var/`` yet: the run must not create one."""
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True, timeout=60)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("DATABASE_URL", "REDIS_URL", "RTC_VAR_DIR", "RTC_JWT_KEY_DIR",
+                        "DJANGO_ALLOW_ASYNC_UNSAFE", "PYTHONPATH")}
+    env["TMPDIR"] = str(tmp)
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+         "tests/accounts/test_views.py::test_jwks_alone_verifies_an_issued_token"],
+        cwd=clone, env=env, capture_output=True, text=True, timeout=180,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert not (clone / "var").exists()
+    assert [p.name for p in tmp.iterdir() if p.name.startswith("rtcagent-test-var-")] == []

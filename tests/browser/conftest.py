@@ -110,11 +110,20 @@ def send(page: Any, text: str) -> None:
     page.click("rtc-composer [data-act=send]")
 
 
-def keep_artifacts(page: Any, name: str) -> None:
-    """Screenshot into var/ for debugging a failure (never into docs)."""
-    out = Path(__file__).resolve().parents[2] / "var" / "browser-tests"
+def artifacts_dir() -> Path:
+    """Where screenshots for debugging go: ``RTC_TEST_ARTIFACTS`` if set, else the test run's own
+    folder (removed with it), so a test run leaves nothing in the checkout's ``var/``."""
+    from django.conf import settings
+
+    out = Path(os.environ.get("RTC_TEST_ARTIFACTS") or settings.VAR_DIR / "browser-tests")
     out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def keep_artifacts(page: Any, name: str) -> None:
+    """Screenshot for debugging a failure (never into docs): see ``artifacts_dir``."""
+    out = artifacts_dir()
     page.screenshot(path=str(out / f"{name}.png"))
 
 
-__all__ = ["keep_artifacts", "login", "send", "shutil", "wait_connected"]
+__all__ = ["artifacts_dir", "keep_artifacts", "login", "send", "shutil", "wait_connected"]

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 
-from tests.browser.conftest import login, send
+from tests.browser.conftest import artifacts_dir, login, send
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -45,10 +45,7 @@ QUESTIONS = [{"question": "Which day do you want to leave?", "header": "Departur
 
 
 def _shot(page: Any, name: str) -> None:
-    if os.environ.get("RTC_UPDATE_SCREENSHOTS"):
-        out = ROOT / "docs" / "img"
-    else:
-        out = ROOT / "var" / "browser-tests"
+    out = ROOT / "docs" / "img" if os.environ.get("RTC_UPDATE_SCREENSHOTS") else artifacts_dir()
     out.mkdir(parents=True, exist_ok=True)
     page.wait_for_timeout(200)  # let the last render settle
     page.screenshot(path=str(out / name))
