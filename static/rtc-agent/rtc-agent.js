@@ -33,6 +33,7 @@ class RtcAgent extends View {
     .chat { display: flex; flex-direction: column; min-height: 0; min-width: 0; }
     rtc-message-list { flex: 1; }
     .err { background: #fdf1f0; color: #9b2a20; font-size: 12px; padding: 3px 10px; }
+    .signin { flex: 1; display: flex; align-items: center; justify-content: center; padding: 24px; text-align: center; color: #4a5266; }
   `);
 
   constructor() {
@@ -46,7 +47,8 @@ class RtcAgent extends View {
           <button data-act="files" title="Files">Files</button><button data-act="min" title="Minimise">_</button>
           <button data-act="max" title="Maximise">□</button><button data-act="close" title="Close">×</button></header>
         <div class="err" hidden></div>
-        <div class="body"><rtc-session-list></rtc-session-list><div class="chat"><rtc-message-list></rtc-message-list><rtc-composer></rtc-composer></div></div>
+        <div class="signin" part="signin"><p></p></div>
+        <div class="body" hidden><rtc-session-list></rtc-session-list><div class="chat"><rtc-message-list></rtc-message-list><rtc-composer></rtc-composer></div></div>
       </div>
       <button class="bubble" part="bubble" title="Open the agent" aria-label="Open the agent">✦</button>`;
     this.root.querySelector('.bubble').onclick = () => this.setMode(this.mode === 'closed' ? 'normal' : 'closed');
@@ -58,10 +60,24 @@ class RtcAgent extends View {
       else if (act === 'files') this.toggleFiles();
     });
     this.root.querySelector('select').onchange = (e) => this.agent && this.agent.setWorkMode(e.target.value);
+    this.showSignin();
   }
 
-  static get observedAttributes() { return ['open']; }
-  attributeChangedCallback(name, _old, value) { if (name === 'open') this.setMode(value === null ? 'closed' : value || 'normal'); }
+  static get observedAttributes() { return ['open', 'signin-hint']; }
+  attributeChangedCallback(name, _old, value) {
+    if (name === 'open') this.setMode(value === null ? 'closed' : value || 'normal');
+    else if (name === 'signin-hint') this.showSignin();
+  }
+
+  // Until the page hands over a token the panel says what to do, instead of an empty list that
+  // looks broken. The host can word it (`signin-hint="…"`).
+  showSignin() {
+    const text = this.getAttribute('signin-hint')
+      || 'You are not signed in yet. Sign in on this page, then the agent connects here.';
+    this.root.querySelector('.signin p').textContent = text;
+    const conn = this.root.querySelector('.conn');
+    if (!this.started) { conn.dataset.state = 'disconnected'; conn.textContent = 'signed out'; }
+  }
 
   get getToken() { return this._getToken; }
   set getToken(fn) { this._getToken = fn; this.maybeStart(); }
@@ -71,6 +87,8 @@ class RtcAgent extends View {
   maybeStart() {
     if (this.started || !this._getToken || !this.isConnected) return;
     this.started = true;
+    this.root.querySelector('.signin').hidden = true;
+    this.root.querySelector('.body').hidden = false;
     const agent = new Agent({ server: this.getAttribute('server') || location.origin, getToken: this._getToken });
     this.agent = agent;
     for (const sel of ['rtc-session-list', 'rtc-message-list', 'rtc-composer']) this.root.querySelector(sel).agent = agent;
