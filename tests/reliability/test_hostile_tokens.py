@@ -163,9 +163,11 @@ def _self_signed(key: rsa.RSAPrivateKey) -> x509.Certificate:
 
 
 def _state() -> tuple[dict[str, int], list[str]]:
-    """Rows of every model and every Redis key: what a refusal must leave as it was."""
+    """Rows of every model and every Redis key: what a refusal must leave as it was. The web
+    processes' own reports (``rtc:ops:``, socket counts for the operator console) are not
+    state a request can change, so they are left out."""
     rows = {m._meta.label: m._base_manager.count() for m in apps.get_models()}
-    return rows, sorted(get_redis().keys("*"))
+    return rows, sorted(k for k in get_redis().keys("*") if not k.startswith("rtc:ops:"))
 
 
 def _with_epoch(state: tuple[dict[str, int], list[str]], user: Any) -> tuple[

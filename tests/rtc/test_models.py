@@ -10,7 +10,7 @@ from django.db import IntegrityError, transaction
 from apps.rtc.models import RTC_TRANSITIONS, Rtc, RtcStatus
 from apps.rtc.services import rtc_transition
 from rtcagent.errors import InvalidState, NotFound
-from tests.sessions.factories import make_rtc, make_session, make_turn
+from tests.sessions.factories import make_message, make_rtc, make_session, make_turn
 
 pytestmark = pytest.mark.django_db
 
@@ -79,13 +79,15 @@ def test_rtc_transition_of_another_user_is_not_found(turn, make_user):
     assert Rtc.objects.get(pk=rtc.pk).status == "pending"
 
 
-def test_tool_call_id_is_unique_per_turn(turn):
-    make_rtc(turn, tool_call_id="call_1")
-    other_turn = make_turn(make_session(turn.user), status="running")
-    make_rtc(other_turn, tool_call_id="call_1")  # the same id in another turn is fine
+def test_one_rtc_per_tool_call_message(turn):
+    """A call message has one RTC; a call id may recur (models reuse "call_0" per answer)."""
+    first = make_message(turn.session, text="", role="assistant", turn=turn)
+    second = make_message(turn.session, text="", role="assistant", turn=turn)
+    make_rtc(turn, tool_call_id="call_0", message=first)
+    make_rtc(turn, tool_call_id="call_0", message=second)  # a later answer, the same id
     with pytest.raises(IntegrityError), transaction.atomic():
-        make_rtc(turn, tool_call_id="call_1")
-    assert Rtc.objects.filter(turn=turn).count() == 1
+        make_rtc(turn, tool_call_id="call_0", message=first)
+    assert Rtc.objects.filter(turn=turn).count() == 2
 
 
 @pytest.mark.django_db(transaction=True)
