@@ -48,3 +48,98 @@ class User(AbstractUser):
 
     def __str__(self) -> str:
         return self.email
+
+
+# --- identity from other issuers, devices and OAuth2 clients (docs/auth.md) ------------------
+
+
+class TrustedIssuer(models.Model):
+    """An identity provider whose JWTs may be exchanged for ours (RFC 8693), edited in the admin;
+    ``RTC_TRUSTED_ISSUERS`` adds more from the environment (``apps.accounts.issuers``)."""
+
+    issuer = models.CharField(max_length=255, unique=True, help_text="exact `iss` of its tokens")
+    jwks_uri = models.URLField(max_length=500, help_text="https (http only for localhost)")
+    audiences = models.JSONField(default=list, help_text='accepted `aud` values, e.g. ["rtc"]')
+    algorithms = models.JSONField(
+        default=list, blank=True, help_text="subset of RS256, ES256, EdDSA; empty = all three"
+    )
+    claims = models.JSONField(
+        default=dict, blank=True,
+        help_text='claim names: {"subject": "sub", "email": "email", "name": "name", '
+                  '"device": "device_id"}',
+    )
+    merge_by_email = models.BooleanField(
+        default=False, help_text="link a new identity to an existing user with the same email"
+    )
+    max_token_minutes = models.PositiveIntegerField(
+        default=15, help_text="cap on the lifetime of the tokens issued for it"
+    )
+    enabled = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ("issuer",)
+
+    def __str__(self) -> str:
+        return self.issuer
+
+
+class ExternalIdentity(models.Model):
+    """A user as another issuer knows them: found by ``(issuer, subject)``, never by email."""
+
+    user = models.ForeignKey(User, on_delete=models.CASCADE, related_name="external_identities")
+    issuer = models.CharField(max_length=255)
+    subject = models.CharField(max_length=255)
+    email = models.CharField(max_length=254, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_seen_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name_plural = "external identities"
+        constraints = [
+            models.UniqueConstraint(fields=("issuer", "subject"), name="external_identity_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.subject} @ {self.issuer}"
+
+
+class Device(models.Model):
+    """A browser or app of a user; access tokens bound to it carry its ``device_id``."""
+
+    user = models.ForeignKey(User, on_delete=models.CASCADE, related_name="devices")
+    device_id = models.CharField(max_length=128)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_seen_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=("user", "device_id"), name="device_unique_per_user")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.device_id} ({self.user_id})"
+
+
+class OAuthClient(models.Model):
+    """A client of ``/oauth2/token``. Only a SHA-256 of the secret is stored (secrets are 256-bit
+    random, so a slow hash adds nothing); public clients have none."""
+
+    class Grant(models.TextChoices):
+        TOKEN_EXCHANGE = "token-exchange", "token exchange (RFC 8693)"
+        AUTHORIZATION_CODE = "authorization-code", "authorization code with PKCE"
+
+    client_id = models.CharField(max_length=64, unique=True)
+    name = models.CharField(max_length=200)
+    public = models.BooleanField(default=False)
+    secret_hash = models.CharField(max_length=64, blank=True, default="", editable=False)
+    redirect_uris = models.JSONField(default=list, blank=True)
+    grants = models.JSONField(default=list, help_text="token-exchange, authorization-code")
+    is_active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        verbose_name = "OAuth2 client"
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.client_id})"
