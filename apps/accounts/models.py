@@ -1,12 +1,14 @@
-"""The user model: email login, no username."""
+"""The user model (email login, no username) and the refresh-token families."""
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from django.contrib.auth.base_user import BaseUserManager
 from django.contrib.auth.models import AbstractUser
 from django.db import models
+from django.utils import timezone
 
 
 class UserManager(BaseUserManager["User"]):
@@ -48,6 +50,46 @@ class User(AbstractUser):
 
     def __str__(self) -> str:
         return self.email
+
+
+class TokenFamily(models.Model):
+    """The refresh tokens descended from one login (RFC 9700 §4.14): each refresh uses up one
+    token and issues the next in the same family; presenting a used one again, logging out or
+    revoking (RFC 7009, the admin) revokes the family, and every access token carrying its id
+    (claim ``fid``) stops working at once."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    user = models.ForeignKey(User, on_delete=models.CASCADE, related_name="token_families")
+    device_id = models.CharField(max_length=128, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    revoked_reason = models.CharField(max_length=32, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["user", "created_at"], name="token_family_user_idx")]
+
+    def __str__(self) -> str:
+        return str(self.id)
+
+
+class RefreshTokenRecord(models.Model):
+    """One issued refresh token, known by the SHA-256 of its ``jti`` only (never the token):
+    a database leak gives nothing that can be presented. ``used_at`` is set by the one
+    conditional UPDATE that rotates it, so a token is used at most once."""
+
+    jti_hash = models.CharField(max_length=64, primary_key=True)
+    family = models.ForeignKey(
+        TokenFamily, on_delete=models.CASCADE, related_name="refresh_tokens"
+    )
+    issued_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField()
+    used_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["expires_at"], name="refresh_token_expiry_idx")]
+
+    def __str__(self) -> str:
+        return self.jti_hash[:12]
 
 
 # --- identity from other issuers, devices and OAuth2 clients (docs/auth.md) ------------------

@@ -1,21 +1,25 @@
-"""Input/output serializers of the auth endpoints: email + password login, refresh, ``me``."""
+"""Input/output serializers of the auth endpoints: email + password login, refresh (rotating),
+logout, ``me``."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from django.contrib.auth import get_user_model
+from django.contrib.auth.models import update_last_login
 from rest_framework import exceptions, serializers
 from rest_framework_simplejwt.exceptions import AuthenticationFailed
 from rest_framework_simplejwt.serializers import (
     TokenObtainPairSerializer as BaseTokenObtainPairSerializer,
 )
 from rest_framework_simplejwt.serializers import (
+    TokenObtainSerializer as BaseTokenObtainSerializer,
+)
+from rest_framework_simplejwt.serializers import (
     TokenRefreshSerializer as BaseTokenRefreshSerializer,
 )
 from rest_framework_simplejwt.settings import api_settings
 
-from .selectors import user_token_valid
+from .services import RefreshRefused, refresh_token_rotate, token_family_start
 from .tokens import RefreshToken
 
 
@@ -37,53 +41,41 @@ class TokenObtainPairSerializer(BaseTokenObtainPairSerializer):
         device_id = attrs.pop("device_id", "")
         # Emails are stored lower-cased (UserManager, User.clean), so match them that way.
         try:
-            data = super().validate({**attrs, "email": attrs["email"].strip().lower()})
+            # TokenObtainSerializer's: authentication only; the pair comes from a new family.
+            BaseTokenObtainSerializer.validate(
+                self, {**attrs, "email": attrs["email"].strip().lower()}
+            )
         except exceptions.AuthenticationFailed as exc:
             # simplejwt's flavour puts the code in the body: {"detail", "code"}, like the rest.
             raise AuthenticationFailed(
                 self.error_messages["no_active_account"], "no_active_account"
             ) from exc
-        if device_id:
-            refresh = self.token_class(data["refresh"])
-            refresh["device_id"] = device_id
-            data = {"refresh": str(refresh), "access": str(refresh.access_token)}
+        data = token_family_start(user=self.user, device_id=device_id)
+        if api_settings.UPDATE_LAST_LOGIN:
+            update_last_login(None, self.user)
         return data
 
 
 class TokenRefreshSerializer(BaseTokenRefreshSerializer):
-    """``{refresh}`` -> ``{access}``; refused (401) when the user is gone or inactive."""
+    """``{refresh}`` -> ``{access, refresh}``: the refresh token is used up and replaced
+    (``refresh_token_rotate``); 401 with the refusal's code otherwise."""
 
     token_class = RefreshToken
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, str]:
-        refresh = self.token_class(attrs["refresh"])
-        user_id = refresh.payload.get(api_settings.USER_ID_CLAIM)
         try:
-            user = get_user_model()._default_manager.get(**{api_settings.USER_ID_FIELD: user_id})
-        except (get_user_model().DoesNotExist, ValueError, TypeError):
-            user = None
-        if not api_settings.USER_AUTHENTICATION_RULE(user):
-            raise AuthenticationFailed(
-                self.error_messages["no_active_account"], "no_active_account"
-            )
-        if not user_token_valid(user_id=user.pk, issued_at=float(refresh.payload.get("iat") or 0)):
-            raise AuthenticationFailed("the token was revoked", "token_revoked")
-        data = {"access": str(refresh.access_token)}
-        if api_settings.ROTATE_REFRESH_TOKENS:
-            refresh.set_jti()
-            refresh.set_exp()
-            refresh.set_iat()
-            data["refresh"] = str(refresh)
-        return data
+            return refresh_token_rotate(token=attrs["refresh"])
+        except RefreshRefused as exc:
+            raise AuthenticationFailed(exc.detail, exc.code) from None
+
+
+class RefreshInputSerializer(serializers.Serializer):
+    refresh = serializers.CharField(max_length=4096)
 
 
 class ErrorOutputSerializer(serializers.Serializer):
     detail = serializers.CharField()
     code = serializers.CharField(required=False)
-
-
-class AccessOutputSerializer(serializers.Serializer):
-    access = serializers.CharField()
 
 
 class TokenPairOutputSerializer(serializers.Serializer):

@@ -1,15 +1,20 @@
-"""Account services: the development admin login."""
+"""Account services: the development admin login, revocation and deactivation, and the
+refresh-token families (login, rotation with reuse detection, logout, RFC 7009 revocation)."""
 
 from __future__ import annotations
 
 import os
 import secrets
+import uuid
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.hashers import check_password
 from django.db import IntegrityError, transaction
+from django.utils import timezone
 
 DEV_ADMIN_EMAIL = "admin@localhost"
 DEV_ADMIN_FILE = "dev-admin.txt"
@@ -108,18 +113,22 @@ def dev_admin_ensure(*, var_dir: Path) -> DevAdminLogin:
 
 def user_revoke_tokens(*, user_id: int) -> bool:
     """Refuse every token issued to the user so far (access and refresh, on HTTP, on the gateway
-    and at refresh) and close the user's open sockets after commit. Returns whether the user
+    and at refresh), revoke every refresh-token family, and close the user's open sockets
+    after commit. Returns whether the user
     exists. Tokens carry ``iat`` in whole seconds, so one issued in the same second as the
     revocation is refused too: the client logs in again."""
-    from django.utils import timezone
-
     from apps.gateway.events import disconnect_user
+
+    from .models import TokenFamily
 
     with transaction.atomic():
         found = get_user_model().objects.filter(pk=user_id).update(
             tokens_valid_after=timezone.now()
         )
         if found:
+            TokenFamily.objects.filter(user_id=user_id, revoked_at__isnull=True).update(
+                revoked_at=timezone.now(), revoked_reason="all revoked"
+            )
             transaction.on_commit(
                 lambda: disconnect_user(user_id, reason="tokens revoked"), robust=True
             )
@@ -137,3 +146,142 @@ def user_set_active(*, user_id: int, active: bool) -> bool:
                 lambda: disconnect_user(user_id, reason="user deactivated"), robust=True
             )
     return bool(found)
+
+
+# --- refresh-token families (rotation, reuse detection, logout, RFC 7009) ----------------------
+
+
+class RefreshRefused(Exception):
+    """A refresh was refused; ``code`` goes on the wire (401 ``{"detail", "code"}``)."""
+
+    def __init__(self, code: str, detail: str) -> None:
+        self.code = code
+        self.detail = detail
+        super().__init__(detail)
+
+
+def _issue_in_family(*, user: Any, family_id: Any, device_id: str) -> dict[str, str]:
+    from .models import RefreshTokenRecord
+    from .tokens import FAMILY_CLAIM, RefreshToken, jti_hash
+
+    refresh = RefreshToken.for_user(user)
+    refresh[FAMILY_CLAIM] = str(family_id)
+    if device_id:
+        refresh["device_id"] = device_id
+    RefreshTokenRecord.objects.create(
+        jti_hash=jti_hash(refresh["jti"]),
+        family_id=family_id,
+        expires_at=datetime.fromtimestamp(refresh["exp"], tz=UTC),
+    )
+    return {"access": str(refresh.access_token), "refresh": str(refresh)}
+
+
+def token_family_start(*, user: Any, device_id: str = "") -> dict[str, str]:
+    """A login: a new family and its first ``{"access", "refresh"}`` (both carry ``fid``).
+    Only the SHA-256 of the refresh token's ``jti`` is stored."""
+    from .models import TokenFamily
+
+    with transaction.atomic():
+        family = TokenFamily.objects.create(user_id=user.pk, device_id=device_id)
+        return _issue_in_family(user=user, family_id=family.pk, device_id=device_id)
+
+
+def token_family_revoke(*, family_id: Any, reason: str, user_id: int | None = None) -> bool:
+    """Revoke one family: its refresh tokens are refused at refresh and every access token
+    carrying its ``fid`` on HTTP and the gateway (sockets close on their next ping tick,
+    ``identity_valid``). Other families of the same user are untouched. Idempotent; returns
+    whether this call revoked it. ``user_id``, when given, must own the family."""
+    from .models import TokenFamily
+
+    try:
+        fid = uuid.UUID(str(family_id))
+    except ValueError:
+        return False
+    families = TokenFamily.objects.filter(pk=fid, revoked_at__isnull=True)
+    if user_id is not None:
+        families = families.filter(user_id=user_id)
+    return bool(families.update(revoked_at=timezone.now(), revoked_reason=reason[:32]))
+
+
+def refresh_token_rotate(*, token: object) -> dict[str, str]:
+    """Use up a refresh token: ``{"access", "refresh"}``, the next pair of its family.
+
+    The token is marked used by one conditional UPDATE, so of two concurrent uses exactly one
+    wins. A token already used is a replay (RFC 9700 §4.14.2: the legitimate client and an
+    attacker cannot be told apart), so its whole family is revoked and ``token_reused`` raised.
+    Raises ``RefreshRefused`` with ``token_not_valid``, ``no_active_account``,
+    ``token_revoked`` or ``token_reused``."""
+    from rest_framework_simplejwt.settings import api_settings
+
+    from .models import RefreshTokenRecord
+    from .selectors import user_token_valid
+    from .tokens import FAMILY_CLAIM, TokenExpired, TokenInvalid, decode_refresh_token, jti_hash
+
+    try:
+        claims = decode_refresh_token(token)
+    except (TokenExpired, TokenInvalid):
+        raise RefreshRefused("token_not_valid", "Token is invalid or expired") from None
+    fid = claims.get(FAMILY_CLAIM)
+    try:
+        family_id = uuid.UUID(fid) if isinstance(fid, str) else None
+        issued_at = float(claims.get("iat") or 0)
+    except (TypeError, ValueError):
+        family_id = None
+    if family_id is None:  # issued before families existed, or not by a login
+        raise RefreshRefused("token_not_valid", "Token is invalid or expired")
+    user = get_user_model()._default_manager.filter(pk=int(claims["sub"])).first()
+    if not api_settings.USER_AUTHENTICATION_RULE(user):
+        raise RefreshRefused(
+            "no_active_account", "No active account found for the given token."
+        )
+    if not user_token_valid(user_id=user.pk, issued_at=issued_at, family_id=family_id):
+        raise RefreshRefused("token_revoked", "the token was revoked")
+    digest = jti_hash(claims["jti"])
+    with transaction.atomic():
+        won = RefreshTokenRecord.objects.filter(
+            jti_hash=digest,
+            family_id=family_id,
+            family__user_id=user.pk,
+            family__revoked_at__isnull=True,
+            used_at__isnull=True,
+        ).update(used_at=timezone.now())
+        if won:
+            return _issue_in_family(
+                user=user, family_id=family_id, device_id=str(claims.get("device_id") or "")
+            )
+    if RefreshTokenRecord.objects.filter(jti_hash=digest, family_id=family_id).exists():
+        token_family_revoke(family_id=family_id, reason="reuse", user_id=user.pk)
+        raise RefreshRefused("token_reused", "refresh token already used: its login is revoked")
+    raise RefreshRefused("token_not_valid", "Token is invalid or expired")
+
+
+def refresh_token_logout(*, token: object) -> None:
+    """Logout: revoke the family of a refresh token of ours (expired or used ones too, so a
+    client can always end its login). Raises ``RefreshRefused("token_not_valid")`` for
+    anything that is not one of our refresh tokens with a family."""
+    from .tokens import FAMILY_CLAIM, TokenExpired, TokenInvalid, decode_refresh_token
+
+    try:
+        claims = decode_refresh_token(token, check_exp=False)
+    except (TokenExpired, TokenInvalid):
+        raise RefreshRefused("token_not_valid", "Token is invalid or expired") from None
+    if not isinstance(claims.get(FAMILY_CLAIM), str):
+        raise RefreshRefused("token_not_valid", "Token is invalid or expired")
+    token_family_revoke(
+        family_id=claims[FAMILY_CLAIM], reason="logout", user_id=int(claims["sub"])
+    )
+
+
+def token_revoke(*, token: object, token_type_hint: str = "") -> None:
+    """RFC 7009: revoke the family of an access or refresh token of ours. The hint is only a
+    hint (§2.1: a wrong one must not stop the search, and both types are found the same way);
+    unknown, forged, expired-and-familyless tokens are ignored, since the answer is the same
+    200 whatever happened (§2.2)."""
+    from .tokens import FAMILY_CLAIM, decode_any_token
+
+    claims = decode_any_token(token)
+    if claims is None or not isinstance(claims.get(FAMILY_CLAIM), str):
+        return
+    token_family_revoke(
+        family_id=claims[FAMILY_CLAIM], reason="revoked", user_id=int(claims["sub"])
+    )

@@ -9,10 +9,16 @@ user id written as ``str(user.pk)`` writes it (``valid_subject``).
 
 ``decode_access_token`` is the fast path for the realtime gateway: no database, and
 ``TokenExpired`` only for a token that would otherwise be valid.
+
+Tokens issued at login carry ``fid``, the id of their refresh-token family
+(``apps.accounts.models.TokenFamily``), in the refresh token and in every access token derived
+from it; ``issue_token_pair`` starts a family (one database write) through
+``apps.accounts.services.token_family_start``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from datetime import timedelta
 from typing import Any
@@ -31,19 +37,24 @@ from rest_framework_simplejwt.tokens import RefreshToken as BaseRefreshToken
 from .keys import Keyring, get_keyring
 
 __all__ = [
+    "FAMILY_CLAIM",
     "AccessToken",
     "KeyringTokenBackend",
     "RefreshToken",
     "TokenExpired",
     "TokenInvalid",
     "decode_access_token",
+    "decode_any_token",
+    "decode_refresh_token",
     "get_token_backend",
     "issue_access_token",
     "issue_token_pair",
+    "jti_hash",
     "valid_subject",
 ]
 
 REQUIRED_CLAIMS = ("exp", "iat", "aud", "iss", "sub")
+FAMILY_CLAIM = "fid"  # the refresh-token family (TokenFamily.id) a token descends from
 MAX_USER_ID = 2**63 - 1  # BigAutoField
 _SUBJECT = re.compile(r"[1-9][0-9]{0,18}")
 
@@ -188,10 +199,55 @@ def issue_access_token(
     return str(token)
 
 
-def issue_token_pair(user: AbstractBaseUser) -> dict[str, str]:
-    """``{"access", "refresh"}`` for ``user``, both expiring relative to the same instant."""
-    refresh = RefreshToken.for_user(user)
-    return {"access": str(refresh.access_token), "refresh": str(refresh)}
+def issue_token_pair(user: AbstractBaseUser, *, device_id: str = "") -> dict[str, str]:
+    """``{"access", "refresh"}`` for ``user`` in a new refresh-token family (a login): both
+    expire relative to the same instant and carry the family id ``fid``. Writes to the
+    database (the family and the hash of the refresh token's ``jti``)."""
+    from .services import token_family_start
+
+    return token_family_start(user=user, device_id=device_id)
+
+
+def jti_hash(jti: str) -> str:
+    """What the database keeps of a refresh token: the SHA-256 of its ``jti`` (hex)."""
+    return hashlib.sha256(jti.encode()).hexdigest()
+
+
+def _decode_typed(token: object, token_type: str, *, check_exp: bool) -> dict[str, Any]:
+    if not isinstance(token, str) or not token:
+        raise TokenInvalid("no token")
+    try:
+        backend = get_token_backend()
+        claims = backend.verified_claims(token)
+        if claims.get(api_settings.TOKEN_TYPE_CLAIM) != token_type:
+            raise TokenInvalid(f"not a token of type {token_type}")
+        jti = claims.get(api_settings.JTI_CLAIM)
+        if not jti or (token_type == RefreshToken.token_type and not isinstance(jti, str)):
+            raise TokenInvalid("token has no id")
+        if check_exp:
+            backend.check_exp(claims)
+    except TokenBackendExpiredToken as exc:
+        raise TokenExpired("token expired") from exc
+    except TokenBackendError as exc:
+        raise TokenInvalid("token invalid") from exc
+    return claims
+
+
+def decode_refresh_token(token: object, *, check_exp: bool = True) -> dict[str, Any]:
+    """The verified claims of a refresh token (no database); ``check_exp=False`` accepts an
+    expired one (logout, revocation). Raises ``TokenExpired`` or ``TokenInvalid`` like
+    ``decode_access_token``; an access token is ``TokenInvalid``."""
+    return _decode_typed(token, RefreshToken.token_type, check_exp=check_exp)
+
+
+def decode_any_token(token: object) -> dict[str, Any] | None:
+    """The verified claims of any token of ours, expired or not, or ``None`` (revocation)."""
+    if not isinstance(token, str) or not token:
+        return None
+    try:
+        return get_token_backend().verified_claims(token)
+    except TokenBackendError:
+        return None
 
 
 def decode_access_token(token: str) -> dict[str, Any]:
@@ -201,16 +257,4 @@ def decode_access_token(token: str) -> dict[str, Any]:
     included), ``TokenInvalid`` for everything else. Whether the user still exists or is active
     is the caller's business.
     """
-    try:
-        backend = get_token_backend()
-        claims = backend.verified_claims(token)
-        if claims.get(api_settings.TOKEN_TYPE_CLAIM) != AccessToken.token_type:
-            raise TokenInvalid("not an access token")
-        if not claims.get(api_settings.JTI_CLAIM):
-            raise TokenInvalid("token has no id")
-        backend.check_exp(claims)
-    except TokenBackendExpiredToken as exc:
-        raise TokenExpired("token expired") from exc
-    except TokenBackendError as exc:
-        raise TokenInvalid("token invalid") from exc
-    return claims
+    return _decode_typed(token, AccessToken.token_type, check_exp=True)

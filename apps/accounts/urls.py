@@ -9,6 +9,8 @@ app_name = "accounts"
 urlpatterns = [
     path("api/auth/token/", views.TokenObtainPairView.as_view(), name="token_obtain_pair"),
     path("api/auth/token/refresh/", views.TokenRefreshView.as_view(), name="token_refresh"),
+    path("api/auth/logout/", views.LogoutView.as_view(), name="logout"),
+    path("oauth2/revoke", views.RevokeView.as_view(), name="oauth2_revoke"),
     path("api/auth/me/", views.MeView.as_view(), name="me"),
     path(".well-known/jwks.json", views.JwksView.as_view(), name="jwks"),
 ]

@@ -1,4 +1,5 @@
-"""HTTP interface of accounts: token pair, refresh, the public JWKS and ``me`` (protocol §2)."""
+"""HTTP interface of accounts: token pair, refresh (rotating), logout, RFC 7009 revocation, the
+public JWKS and ``me`` (protocol §2)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import json
 from typing import Any
 
 from drf_spectacular.utils import extend_schema, extend_schema_view
+from rest_framework.exceptions import AuthenticationFailed
+from rest_framework.parsers import FormParser
 from rest_framework.permissions import AllowAny
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
@@ -17,14 +20,15 @@ from rest_framework_simplejwt import views as jwt_views
 
 from .keys import get_keyring
 from .serializers import (
-    AccessOutputSerializer,
     ErrorOutputSerializer,
     JwksSerializer,
     MeOutputSerializer,
+    RefreshInputSerializer,
     TokenObtainPairSerializer,
     TokenPairOutputSerializer,
     TokenRefreshSerializer,
 )
+from .services import RefreshRefused, refresh_token_logout, token_revoke
 
 JWKS_MAX_AGE = 300  # seconds; verifiers refetch on an unknown kid anyway
 
@@ -53,13 +57,74 @@ class TokenObtainPairView(jwt_views.TokenObtainPairView):
     post=extend_schema(
         tags=["auth"],
         operation_id="auth_token_refresh",
-        responses={200: AccessOutputSerializer, 401: ErrorOutputSerializer},
+        responses={200: TokenPairOutputSerializer, 401: ErrorOutputSerializer},
     )
 )
 class TokenRefreshView(jwt_views.TokenRefreshView):
-    """POST ``{refresh}`` -> ``{access}``."""
+    """POST ``{refresh}`` -> ``{access, refresh}``; the presented refresh token is used up, and
+    presenting it again revokes its whole login (401 ``token_reused``)."""
 
     serializer_class = TokenRefreshSerializer
+
+
+class LogoutView(APIView):
+    """POST ``{refresh}`` -> 204: the login (refresh-token family) is revoked, its access tokens
+    too. The refresh token is the credential, so no ``Authorization`` header is needed (and an
+    expired access token does not stand in the way)."""
+
+    authentication_classes = ()
+    permission_classes = (AllowAny,)
+
+    @extend_schema(
+        tags=["auth"],
+        operation_id="auth_logout",
+        request=RefreshInputSerializer,
+        responses={204: None, 400: ErrorOutputSerializer, 401: ErrorOutputSerializer},
+        auth=[],
+    )
+    def post(self, request: Request) -> Response:
+        data = RefreshInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        try:
+            refresh_token_logout(token=data.validated_data["refresh"])
+        except RefreshRefused as exc:
+            raise AuthenticationFailed(exc.detail, exc.code) from None
+        return Response(status=204)
+
+
+class RevokeView(APIView):
+    """RFC 7009 token revocation: POST form ``token`` [, ``token_type_hint``] -> 200, empty.
+
+    An access or a refresh token revokes its whole login (family). Unknown, forged and already
+    revoked tokens get the same 200 (§2.2), so the answer tells nothing. Client authentication
+    (§2.1) is not required yet: a token is accepted from anyone who holds it, which can only
+    end that token's login. Once OAuth clients exist, confidential clients must authenticate
+    here and may revoke only tokens issued to them.
+    """
+
+    authentication_classes = ()
+    permission_classes = (AllowAny,)
+    parser_classes = (FormParser,)
+
+    @extend_schema(
+        tags=["auth"],
+        operation_id="oauth2_revoke",
+        request={"application/x-www-form-urlencoded": {"type": "object", "properties": {
+            "token": {"type": "string"}, "token_type_hint": {"type": "string"}},
+            "required": ["token"]}},
+        responses={200: None, 400: None},
+        auth=[],
+    )
+    def post(self, request: Request) -> Response:
+        token = request.data.get("token")
+        headers = {"Cache-Control": "no-store"}
+        if not isinstance(token, str) or not token:
+            return Response(
+                {"error": "invalid_request", "error_description": "token is required"},
+                status=400, headers=headers,
+            )
+        token_revoke(token=token, token_type_hint=str(request.data.get("token_type_hint", "")))
+        return Response(status=200, headers=headers)
 
 
 class JwksView(APIView):

@@ -108,12 +108,15 @@ def test_token_without_required_claim_is_invalid() -> None:
             decode_access_token(sign_with_ring(claims("42", **{missing: None})))
 
 
-def test_token_pair_access_decodes_and_refresh_is_refused_as_access() -> None:
-    pair = issue_token_pair(fake_user(9))
+@pytest.mark.django_db
+def test_token_pair_access_decodes_and_refresh_is_refused_as_access(make_user: Any) -> None:
+    user = make_user()  # a pair starts a refresh-token family: a row that names the user
+    pair = issue_token_pair(user)
     assert set(pair) == {"access", "refresh"}
-    assert decode_access_token(pair["access"])["sub"] == "9"
+    assert decode_access_token(pair["access"])["sub"] == str(user.pk)
     refresh = RefreshToken(pair["refresh"])
-    assert refresh["sub"] == "9"
+    assert refresh["sub"] == str(user.pk)
+    assert refresh["fid"] == decode_access_token(pair["access"])["fid"]
     assert jwt.get_unverified_header(pair["refresh"])["kid"] == get_keyring().signing.kid
     with pytest.raises(TokenInvalid):
         decode_access_token(pair["refresh"])

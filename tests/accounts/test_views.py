@@ -184,7 +184,7 @@ def test_the_procfile_web_process_keys_the_throttle_by_the_peer(make_user: Any) 
         proc.wait(10)
 
 
-def test_refresh_returns_a_new_access_token(client: Client, make_user: Any) -> None:
+def test_refresh_returns_a_new_access_and_refresh_token(client: Client, make_user: Any) -> None:
     user = make_user()
     pair = issue_token_pair(user)
     response = client.post(
@@ -192,7 +192,8 @@ def test_refresh_returns_a_new_access_token(client: Client, make_user: Any) -> N
     )
     assert response.status_code == 200
     access = response.json()["access"]
-    assert set(response.json()) == {"access"}
+    assert set(response.json()) == {"access", "refresh"}  # rotation: the old one is used up
+    assert response.json()["refresh"] != pair["refresh"]
     assert access != pair["access"]
     got = decode_access_token(access)
     assert got["sub"] == str(user.pk)
