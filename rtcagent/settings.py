@@ -230,6 +230,10 @@ if not DEBUG and not STATIC_BUILD and not (RTC_JWT_PRIVATE_KEY or env.str("RTC_J
     )
 RTC_JWT_ISSUER = env.str("RTC_JWT_ISSUER", default="rtcagent")
 RTC_JWT_AUDIENCE = env.str("RTC_JWT_AUDIENCE", default="rtcagent")
+# Token exchange (docs/auth.md): issuers whose JWTs /oauth2/token accepts, besides the admin's.
+RTC_TRUSTED_ISSUERS = env.json("RTC_TRUSTED_ISSUERS", default=[])
+RTC_EXCHANGE_MAX_MINUTES = env.int("RTC_EXCHANGE_MAX_MINUTES", default=15)
+RTC_ADMIN_TOKEN_SECONDS = env.int("RTC_ADMIN_TOKEN_SECONDS", default=120)
 
 SIMPLE_JWT = {
     "ACCESS_TOKEN_LIFETIME": timedelta(minutes=env.int("RTC_JWT_ACCESS_MINUTES", default=15)),

@@ -7,7 +7,7 @@ from django.contrib.auth.admin import UserAdmin as BaseUserAdmin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from .models import User
+from .models import Device, ExternalIdentity, OAuthClient, TrustedIssuer, User
 from .services import user_revoke_tokens, user_set_active
 
 
@@ -52,3 +52,55 @@ class UserAdmin(BaseUserAdmin):
         for pk in ids:
             disconnect_user(pk, reason="disconnected by an operator", code=DISCONNECT_FORCE)
         self.message_user(request, f"Closed the sockets of {len(ids)} user(s).", messages.SUCCESS)
+
+
+# --- token exchange: trusted issuers, identities, devices, clients --------------------------
+
+
+@admin.register(TrustedIssuer)
+class TrustedIssuerAdmin(admin.ModelAdmin):
+    list_display = ("issuer", "jwks_uri", "enabled", "merge_by_email", "max_token_minutes")
+    list_filter = ("enabled",)
+    search_fields = ("issuer",)
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        super().save_model(request, obj, form, change)
+        from .issuers import IssuerConfig, jwks_cache_clear
+
+        jwks_cache_clear(IssuerConfig.from_mapping({"issuer": obj.issuer,
+                                                    "jwks_uri": obj.jwks_uri}))
+
+
+@admin.register(ExternalIdentity)
+class ExternalIdentityAdmin(admin.ModelAdmin):
+    list_display = ("subject", "issuer", "user", "email", "last_seen_at")
+    search_fields = ("subject", "issuer", "email", "user__email")
+    raw_id_fields = ("user",)
+
+
+@admin.register(Device)
+class DeviceAdmin(admin.ModelAdmin):
+    list_display = ("device_id", "user", "created_at", "last_seen_at")
+    search_fields = ("device_id", "user__email")
+    raw_id_fields = ("user",)
+
+
+@admin.register(OAuthClient)
+class OAuthClientAdmin(admin.ModelAdmin):
+    list_display = ("name", "client_id", "public", "is_active", "created_at")
+    readonly_fields = ("client_id",)
+    fields = ("name", "client_id", "public", "grants", "redirect_uris", "is_active")
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        from .clients import oauth_client_create
+
+        if change:
+            super().save_model(request, obj, form, change)
+            return
+        client, secret = oauth_client_create(
+            name=obj.name, public=obj.public, redirect_uris=obj.redirect_uris,
+            grants=obj.grants or None,
+        )
+        obj.pk, obj.client_id = client.pk, client.client_id
+        note = f" Its secret (shown once): {secret}" if secret else ""
+        self.message_user(request, f"Client id: {client.client_id}.{note}", messages.WARNING)

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from . import views
+from . import oauth_views, views
 
 app_name = "accounts"
 
@@ -13,4 +13,5 @@ urlpatterns = [
     path("oauth2/revoke", views.RevokeView.as_view(), name="oauth2_revoke"),
     path("api/auth/me/", views.MeView.as_view(), name="me"),
     path(".well-known/jwks.json", views.JwksView.as_view(), name="jwks"),
+    path("oauth2/token", oauth_views.TokenView.as_view(), name="oauth2_token"),
 ]
