@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 
-from tests.browser.conftest import login
+from tests.browser.conftest import login, wait_connected
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -32,4 +32,24 @@ def test_the_open_panel_leaves_the_page_text_readable(page: Any, web: Any, worke
         box = page.locator(selector).bounding_box()
         assert box["x"] + box["width"] <= panel["x"], selector  # left of the panel
     assert "manual" in page.locator("ol.note").inner_text()
+    assert page.errors == []
+
+
+def test_the_page_keeps_the_rotated_refresh_token(page: Any, web: Any,
+                                                  web_user: Any) -> None:
+    """Refresh tokens are single use: each reload refreshes with the stored token and must keep
+    the rotated one, or the next reload would present a used token and end the login."""
+    from apps.accounts.models import RefreshTokenRecord, TokenFamily
+
+    login(page, web_user)
+    stored = [page.evaluate("sessionStorage.getItem('demo-refresh')")]
+    for _ in range(2):
+        page.reload()  # the access token is gone with the page: getToken refreshes
+        wait_connected(page)
+        stored.append(page.evaluate("sessionStorage.getItem('demo-refresh')"))
+    assert len(set(stored)) == 3 and all(stored)
+    family = TokenFamily.objects.get(user=web_user)
+    assert family.revoked_at is None
+    records = RefreshTokenRecord.objects.filter(family=family)
+    assert (records.count(), records.filter(used_at__isnull=True).count()) == (3, 1)
     assert page.errors == []
