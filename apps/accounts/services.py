@@ -215,12 +215,23 @@ def refresh_token_rotate(*, token: object) -> dict[str, str]:
 
     from .models import RefreshTokenRecord
     from .selectors import user_token_valid
-    from .tokens import FAMILY_CLAIM, TokenExpired, TokenInvalid, decode_refresh_token, jti_hash
+    from .tokens import (
+        FAMILY_CLAIM,
+        TokenExpired,
+        TokenInvalid,
+        TokenWrongType,
+        decode_refresh_token,
+        jti_hash,
+    )
 
     try:
         claims = decode_refresh_token(token)
-    except (TokenExpired, TokenInvalid):
-        raise RefreshRefused("token_not_valid", "Token is invalid or expired") from None
+    except TokenWrongType:
+        raise RefreshRefused("token_not_valid", "Token has wrong type") from None
+    except TokenExpired:
+        raise RefreshRefused("token_not_valid", "Token is expired") from None
+    except TokenInvalid:
+        raise RefreshRefused("token_not_valid", "Token is invalid") from None
     fid = claims.get(FAMILY_CLAIM)
     try:
         family_id = uuid.UUID(fid) if isinstance(fid, str) else None
@@ -228,7 +239,7 @@ def refresh_token_rotate(*, token: object) -> dict[str, str]:
     except (TypeError, ValueError):
         family_id = None
     if family_id is None:  # issued before families existed, or not by a login
-        raise RefreshRefused("token_not_valid", "Token is invalid or expired")
+        raise RefreshRefused("token_not_valid", "Token is invalid")
     user = get_user_model()._default_manager.filter(pk=int(claims["sub"])).first()
     if not api_settings.USER_AUTHENTICATION_RULE(user):
         raise RefreshRefused(
@@ -252,7 +263,7 @@ def refresh_token_rotate(*, token: object) -> dict[str, str]:
     if RefreshTokenRecord.objects.filter(jti_hash=digest, family_id=family_id).exists():
         token_family_revoke(family_id=family_id, reason="reuse", user_id=user.pk)
         raise RefreshRefused("token_reused", "refresh token already used: its login is revoked")
-    raise RefreshRefused("token_not_valid", "Token is invalid or expired")
+    raise RefreshRefused("token_not_valid", "Token is invalid")
 
 
 def refresh_token_logout(*, token: object) -> None:
@@ -264,9 +275,9 @@ def refresh_token_logout(*, token: object) -> None:
     try:
         claims = decode_refresh_token(token, check_exp=False)
     except (TokenExpired, TokenInvalid):
-        raise RefreshRefused("token_not_valid", "Token is invalid or expired") from None
+        raise RefreshRefused("token_not_valid", "Token is invalid") from None
     if not isinstance(claims.get(FAMILY_CLAIM), str):
-        raise RefreshRefused("token_not_valid", "Token is invalid or expired")
+        raise RefreshRefused("token_not_valid", "Token is invalid")
     token_family_revoke(
         family_id=claims[FAMILY_CLAIM], reason="logout", user_id=int(claims["sub"])
     )

@@ -43,6 +43,7 @@ __all__ = [
     "RefreshToken",
     "TokenExpired",
     "TokenInvalid",
+    "TokenWrongType",
     "decode_access_token",
     "decode_any_token",
     "decode_refresh_token",
@@ -73,6 +74,10 @@ class TokenExpired(Exception):
 
 class TokenInvalid(Exception):
     """Anything else wrong with a token: signature, key, algorithm, claims, type or format."""
+
+
+class TokenWrongType(TokenInvalid):
+    """A genuine token of the other type (an access token presented as a refresh token)."""
 
 
 class KeyringTokenBackend(TokenBackend):
@@ -220,7 +225,7 @@ def _decode_typed(token: object, token_type: str, *, check_exp: bool) -> dict[st
         backend = get_token_backend()
         claims = backend.verified_claims(token)
         if claims.get(api_settings.TOKEN_TYPE_CLAIM) != token_type:
-            raise TokenInvalid(f"not a token of type {token_type}")
+            raise TokenWrongType(f"not a token of type {token_type}")
         jti = claims.get(api_settings.JTI_CLAIM)
         if not jti or (token_type == RefreshToken.token_type and not isinstance(jti, str)):
             raise TokenInvalid("token has no id")

@@ -38,7 +38,12 @@ from websockets.sync.client import ClientConnection
 from websockets.sync.client import connect as ws_connect
 
 from apps.accounts.keys import JwtKey, get_keyring
-from apps.accounts.tokens import RefreshToken, decode_access_token, issue_access_token
+from apps.accounts.tokens import (
+    RefreshToken,
+    decode_access_token,
+    issue_access_token,
+    issue_token_pair,
+)
 from rtcagent import keys
 from rtcagent.redis import get_redis
 from tests.accounts.forge import claims, sign_with_ring, unsigned
@@ -345,12 +350,13 @@ def test_key_headers_on_a_genuine_token_are_ignored(
     headers["kid"] = ring.kid
     access = jwt.encode(claims(str(user.pk)), ring.private_key, algorithm=ring.algorithm,
                         headers=headers)
-    refresh = jwt.encode(claims(str(user.pk), token_type="refresh"), ring.private_key,
-                         algorithm=ring.algorithm, headers=headers)
+    # a refresh token must belong to a login (family): re-sign a genuine one's claims
+    genuine = jwt.decode(issue_token_pair(user)["refresh"], options={"verify_signature": False})
+    refresh = jwt.encode(genuine, ring.private_key, algorithm=ring.algorithm, headers=headers)
     me = _bearer(access).get("/api/auth/me/")
     assert (me.status_code, me.json()) == (200, {"id": user.pk, "email": user.email})
     refreshed = _refresh(refresh)
-    assert refreshed.status_code == 200 and set(refreshed.json()) == {"access"}
+    assert refreshed.status_code == 200 and set(refreshed.json()) == {"access", "refresh"}
     with _ws_connect(daphne, access) as (_, (reply,)):
         assert reply["connect"]["data"]["user_id"] == user.pk
     assert recorder.requests == []
