@@ -188,19 +188,28 @@ def token_family_start(*, user: Any, device_id: str = "") -> dict[str, str]:
 
 def token_family_revoke(*, family_id: Any, reason: str, user_id: int | None = None) -> bool:
     """Revoke one family: its refresh tokens are refused at refresh and every access token
-    carrying its ``fid`` on HTTP and the gateway (sockets close on their next ping tick,
-    ``identity_valid``). Other families of the same user are untouched. Idempotent; returns
-    whether this call revoked it. ``user_id``, when given, must own the family."""
+    carrying its ``fid`` on HTTP and the gateway (its sockets close at once after commit, or at
+    their next ping tick if that bell is lost, ``identity_valid``). Other families of the same
+    user are untouched. Idempotent; returns whether this call revoked it. ``user_id``, when
+    given, must own the family."""
     from .models import TokenFamily
 
     try:
         fid = uuid.UUID(str(family_id))
     except ValueError:
         return False
+    from apps.gateway.events import disconnect_family
+
     families = TokenFamily.objects.filter(pk=fid, revoked_at__isnull=True)
     if user_id is not None:
         families = families.filter(user_id=user_id)
-    return bool(families.update(revoked_at=timezone.now(), revoked_reason=reason[:32]))
+    owner = families.values_list("user_id", flat=True).first()
+    if owner is None or not families.update(revoked_at=timezone.now(), revoked_reason=reason[:32]):
+        return False
+    # The socket of this login closes at once (the per-tick re-check is the fallback).
+    transaction.on_commit(lambda: disconnect_family(owner, str(fid), reason="tokens revoked"),
+                          robust=True)
+    return True
 
 
 def refresh_token_rotate(*, token: object) -> dict[str, str]:

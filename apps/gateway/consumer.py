@@ -385,6 +385,9 @@ class GatewayConsumer(AsyncWebsocketConsumer):
         await self._on_group_event(event)
 
     async def user_disconnect(self, event: dict[str, Any]) -> None:
+        fid = event.get("fid")
+        if fid and (self.identity is None or self.identity.fid != fid):
+            return  # another login (refresh-token family) of the same user
         await self.disconnect_with(
             int(event.get("code", P.DISCONNECT_FORCE)), event.get("reason", "")
         )

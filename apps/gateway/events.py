@@ -68,3 +68,19 @@ def disconnect_user(user_id: int, *, reason: str, code: int | None = None) -> No
         )
     except Exception:
         log.exception("could not ring the disconnect of user %s", user_id)
+
+
+def disconnect_family(user_id: int, family_id: str, *, reason: str) -> None:
+    """Close the user's sockets opened with tokens of one login (refresh-token family) only;
+    the user's other logins (another browser) keep theirs. Best effort, like
+    ``disconnect_user``: the per-tick re-check closes them if this bell is lost."""
+    from .protocol import DISCONNECT_INVALID_TOKEN
+
+    try:
+        layer.group_send(
+            keys.user_group(user_id),
+            {"type": "user.disconnect", "code": DISCONNECT_INVALID_TOKEN, "reason": reason,
+             "fid": family_id},
+        )
+    except Exception:
+        log.exception("could not ring the disconnect of a login of user %s", user_id)
