@@ -185,3 +185,29 @@ class OAuthClient(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.client_id})"
+
+
+class AuthorizationCode(models.Model):
+    """An OAuth2 authorization code (RFC 6749 §4.1, PKCE RFC 7636), known by the SHA-256 of the
+    code only. ``used_at`` is set once, under a row lock, by the exchange that issues tokens;
+    ``family`` is the login it started, revoked if the code is presented again (§4.1.2)."""
+
+    code_hash = models.CharField(max_length=64, primary_key=True)
+    client_id = models.CharField(max_length=64)
+    user = models.ForeignKey(User, on_delete=models.CASCADE, related_name="authorization_codes")
+    redirect_uri = models.CharField(max_length=2000)
+    code_challenge = models.CharField(max_length=128)
+    device_id = models.CharField(max_length=128, blank=True)
+    scope = models.CharField(max_length=500, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField()
+    used_at = models.DateTimeField(null=True, blank=True)
+    family = models.ForeignKey(
+        TokenFamily, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        indexes = [models.Index(fields=["expires_at"], name="authorization_code_expiry_idx")]
+
+    def __str__(self) -> str:
+        return self.code_hash[:12]

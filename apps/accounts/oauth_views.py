@@ -18,7 +18,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from . import exchange  # noqa: F401 - registers the token-exchange grant
+from . import exchange, pkce  # noqa: F401 - importing registers their grants
 from .clients import client_authenticate
 from .oauth import InvalidRequest, OAuthError, TokenRequest, grant_dispatch
 

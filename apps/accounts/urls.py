@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from . import oauth_views, views
+from . import authorize_views, oauth_views, views
 
 app_name = "accounts"
 
@@ -14,4 +14,7 @@ urlpatterns = [
     path("api/auth/me/", views.MeView.as_view(), name="me"),
     path(".well-known/jwks.json", views.JwksView.as_view(), name="jwks"),
     path("oauth2/token", oauth_views.TokenView.as_view(), name="oauth2_token"),
+    path("oauth2/authorize", authorize_views.authorize, name="oauth2_authorize"),
+    path("oauth2/refresh", authorize_views.RefreshView.as_view(), name="oauth2_refresh"),
+    path("oauth2/providers", authorize_views.ProvidersView.as_view(), name="oauth2_providers"),
 ]

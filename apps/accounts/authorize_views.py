@@ -1,0 +1,163 @@
+"""``GET/POST /oauth2/authorize`` (the local login page of the PKCE flow), ``/oauth2/refresh``
+and ``GET /oauth2/providers``.
+
+RFC 6749 §4.1.2.1: while the client or the redirect URI is not established (missing, unknown,
+not registered exactly) the answer is an error page and never a redirect; after that, errors go
+back to the redirect URI as ``error=...&state=...``. The page's form posts to itself and, on
+success, the browser is redirected to the client, so its CSP ``form-action`` names the redirect
+URI's origin too (browsers apply ``form-action`` to the redirect after a form submission).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlencode, urlsplit
+
+from django.contrib.auth import login
+from django.contrib.auth.forms import AuthenticationForm
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import render
+from django.views.decorators.cache import never_cache
+from django.views.decorators.csrf import csrf_protect
+from drf_spectacular.utils import extend_schema
+from rest_framework.permissions import AllowAny
+from rest_framework.renderers import JSONRenderer
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from .oauth_views import TokenView
+from .pkce import (
+    DEVICE_ID,
+    REFRESH_TOKEN,
+    AuthorizeClient,
+    authorization_code_create,
+    authorize_client,
+    challenge_valid,
+    redirect_uri_check,
+)
+
+_PARAMS = ("response_type", "client_id", "redirect_uri", "code_challenge",
+           "code_challenge_method", "state", "scope", "device_id")
+
+
+class _Redirectable(Exception):
+    """An error sent back to the (verified) redirect URI."""
+
+    def __init__(self, error: str, description: str) -> None:
+        self.error = error
+        self.description = description
+        super().__init__(description)
+
+
+def _redirect(uri: str, params: dict[str, str]) -> HttpResponseRedirect:
+    query = urlencode({k: v for k, v in params.items() if v})
+    response = HttpResponseRedirect(uri + ("&" if "?" in uri else "?") + query)
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+def _error_page(request: HttpRequest, message: str) -> HttpResponse:
+    response = render(request, "oauth2/error.html", {"message": message}, status=400)
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+def _validate(query: Any, client: AuthorizeClient) -> dict[str, str]:
+    for name in _PARAMS:
+        if len(query.getlist(name)) > 1:
+            raise _Redirectable("invalid_request", f"{name} is repeated")
+    params = {name: query.get(name, "") for name in _PARAMS}
+    if params["response_type"] != "code":
+        raise _Redirectable("unsupported_response_type", "only response_type=code is supported")
+    if not params["code_challenge"]:
+        raise _Redirectable("invalid_request", "code_challenge is required (PKCE)")
+    if params["code_challenge_method"] != "S256":
+        raise _Redirectable("invalid_request", "code_challenge_method must be S256")
+    if not challenge_valid(params["code_challenge"]):
+        raise _Redirectable("invalid_request", "code_challenge is not an S256 challenge")
+    if params["device_id"] and not DEVICE_ID.fullmatch(params["device_id"]):
+        raise _Redirectable("invalid_request", "device_id is malformed")
+    return params
+
+
+@never_cache
+@csrf_protect
+def authorize(request: HttpRequest) -> HttpResponse:
+    """The authorization endpoint: a login (or "continue as") page for accounts of this server,
+    then a redirect to the client with a single-use code and the echoed ``state``."""
+    query = request.GET
+    if len(query.getlist("client_id")) > 1 or len(query.getlist("redirect_uri")) > 1:
+        return _error_page(request, "client_id or redirect_uri is repeated.")
+    client = authorize_client(query.get("client_id", ""))
+    if client is None:
+        return _error_page(request, "Unknown client, or it may not use this login.")
+    redirect_uri = query.get("redirect_uri", "")
+    if not redirect_uri_check(client, redirect_uri):
+        return _error_page(request, "The redirect URI is not registered for this client.")
+    state = query.get("state", "")
+    try:
+        params = _validate(query, client)
+    except _Redirectable as exc:
+        return _redirect(redirect_uri, {"error": exc.error, "error_description": exc.description,
+                                        "state": state})
+    form = AuthenticationForm(request)
+    if request.method == "POST":
+        if request.POST.get("action") == "cancel":
+            return _redirect(redirect_uri, {"error": "access_denied", "state": state})
+        if request.POST.get("action") == "continue" and request.user.is_authenticated:
+            user = request.user
+        else:
+            data = request.POST.copy()
+            data["username"] = data.get("username", "").strip().lower()
+            form = AuthenticationForm(request, data=data)
+            user = form.get_user() if form.is_valid() else None
+            if user is not None:
+                login(request, user)
+        if user is not None:
+            code = authorization_code_create(
+                client_id=client.client_id, user=user, redirect_uri=redirect_uri,
+                code_challenge=params["code_challenge"], device_id=params["device_id"],
+                scope=params["scope"],
+            )
+            return _redirect(redirect_uri, {"code": code, "state": state})
+    elif request.method != "GET":
+        return _error_page(request, "Method not allowed.")
+    response = render(request, "oauth2/login.html", {
+        "client": client, "form": form, "redirect_host": urlsplit(redirect_uri).netloc,
+        "current": request.user if request.user.is_authenticated else None,
+    })
+    parts = urlsplit(redirect_uri)
+    response._csp_update = {"form-action": [f"{parts.scheme}://{parts.netloc}"]}  # type: ignore[attr-defined]
+    return response
+
+
+class RefreshView(TokenView):
+    """``POST /oauth2/refresh``: the original's name for ``grant_type=refresh_token`` on
+    ``/oauth2/token`` (form: ``refresh_token``, ``client_id``); same answers and errors."""
+
+    @extend_schema(tags=["oauth2"], operation_id="oauth2_refresh", auth=[], request=None,
+                   responses={200: dict, 400: dict, 401: dict})
+    def post(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        if request.content_type.split(";")[0].strip() == "application/x-www-form-urlencoded":
+            form = request.data.copy()
+            form.setlist("grant_type", [REFRESH_TOKEN])
+            request._full_data = form  # what request.data answers from now on (DRF)
+        return super().post(request, *args, **kwargs)
+
+
+class ProvidersView(APIView):
+    """``GET /oauth2/providers``: the login providers of ``/oauth2/authorize``. Only ``local``
+    (accounts of this server) for now; upstream OAuth2/OIDC providers are not built."""
+
+    authentication_classes = ()
+    permission_classes = (AllowAny,)
+    renderer_classes = (JSONRenderer,)
+
+    @extend_schema(tags=["oauth2"], operation_id="oauth2_providers", auth=[],
+                   responses={200: dict})
+    def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return Response({"providers": [
+            {"name": "local", "type": "local", "title": "Account on this server",
+             "authorize_url": request.build_absolute_uri("/oauth2/authorize")},
+        ]})
