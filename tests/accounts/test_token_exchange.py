@@ -348,8 +348,11 @@ def test_request_errors(client: Client, issuer: TestIssuer,
                         site_client: tuple[str, str]) -> None:
     token = issuer.token()
     refused(exchange(client, site_client, token, grant_type="password"), "unsupported_grant_type")
-    refused(exchange(client, site_client, token, grant_type="refresh_token"),
+    refused(exchange(client, site_client, token, grant_type="urn:example:unknown"),
             "unsupported_grant_type")
+    # a grant that exists, but this client is not registered for it
+    refused(exchange(client, site_client, token, grant_type="authorization_code"),
+            "unauthorized_client")
     refused(exchange(client, site_client, token, subject_token_type="urn:x"), "invalid_request")
     refused(exchange(client, site_client, "", subject_token_type=JWT_TYPE), "invalid_request")
     refused(exchange(client, site_client, token, requested_token_type=(
