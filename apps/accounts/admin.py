@@ -7,7 +7,14 @@ from django.contrib.auth.admin import UserAdmin as BaseUserAdmin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from .models import Device, ExternalIdentity, OAuthClient, TrustedIssuer, User
+from .models import (
+    Device,
+    ExternalIdentity,
+    OAuthClient,
+    OAuthProvider,
+    TrustedIssuer,
+    User,
+)
 from .services import user_revoke_tokens, user_set_active
 
 
@@ -104,3 +111,11 @@ class OAuthClientAdmin(admin.ModelAdmin):
         obj.pk, obj.client_id = client.pk, client.client_id
         note = f" Its secret (shown once): {secret}" if secret else ""
         self.message_user(request, f"Client id: {client.client_id}.{note}", messages.WARNING)
+
+
+@admin.register(OAuthProvider)
+class OAuthProviderAdmin(TrustedIssuerAdmin):
+    """Saving forgets the provider's cached JWKS, as for a trusted issuer."""
+
+    list_display = ("name", "label", "issuer", "enabled", "merge_by_email")
+    search_fields = ("name", "label", "issuer")

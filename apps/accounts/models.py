@@ -211,3 +211,37 @@ class AuthorizationCode(models.Model):
 
     def __str__(self) -> str:
         return self.code_hash[:12]
+
+
+class OAuthProvider(models.Model):
+    """An upstream OAuth2/OIDC provider offered on the ``/oauth2/authorize`` login page, configured
+    by its endpoints (``apps.accounts.upstream``); ``RTC_OAUTH_PROVIDERS`` adds more."""
+
+    name = models.SlugField(max_length=64, unique=True, help_text="in /oauth2/callback/<name>")
+    label = models.CharField(max_length=200, help_text='button text, e.g. "Google"')
+    authorization_endpoint = models.URLField(max_length=500)
+    token_endpoint = models.URLField(max_length=500)
+    client_id = models.CharField(max_length=255)
+    client_secret = models.CharField(max_length=500, blank=True, default="")
+    scopes = models.CharField(max_length=500, default="openid email profile")
+    issuer = models.CharField(max_length=255, help_text="exact `iss` of its id_tokens")
+    jwks_uri = models.URLField(max_length=500, help_text="https (http only for localhost)")
+    algorithms = models.JSONField(
+        default=list, blank=True, help_text="subset of RS256, ES256, EdDSA; empty = all three"
+    )
+    claims = models.JSONField(
+        default=dict, blank=True,
+        help_text='claim names: {"subject": "sub", "email": "email", "name": "name"}',
+    )
+    merge_by_email = models.BooleanField(
+        default=False, help_text="link a new identity to an existing user with the same email"
+    )
+    enabled = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ("name",)
+        verbose_name = "upstream login provider"
+
+    def __str__(self) -> str:
+        return f"{self.label} ({self.name})"
