@@ -11,7 +11,7 @@ URI's origin too (browsers apply ``form-action`` to the redirect after a form su
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import quote, urlencode, urlsplit
 
 from django.contrib.auth import login
 from django.contrib.auth.forms import AuthenticationForm
@@ -26,6 +26,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from . import upstream
 from .oauth_views import TokenView
 from .pkce import (
     DEVICE_ID,
@@ -101,6 +102,9 @@ def authorize(request: HttpRequest) -> HttpResponse:
     except _Redirectable as exc:
         return _redirect(redirect_uri, {"error": exc.error, "error_description": exc.description,
                                         "state": state})
+    upstream_answer = _upstream_authorize(request, client, params, redirect_uri)
+    if upstream_answer is not None:
+        return upstream_answer
     form = AuthenticationForm(request)
     if request.method == "POST":
         if request.POST.get("action") == "cancel":
@@ -126,6 +130,8 @@ def authorize(request: HttpRequest) -> HttpResponse:
     response = render(request, "oauth2/login.html", {
         "client": client, "form": form, "redirect_host": urlsplit(redirect_uri).netloc,
         "current": request.user if request.user.is_authenticated else None,
+        "upstream": [(p.label, _upstream_start_url(p.name, request.get_full_path()))
+                     for p in upstream.providers()],
     })
     parts = urlsplit(redirect_uri)
     response._csp_update = {"form-action": [f"{parts.scheme}://{parts.netloc}"]}  # type: ignore[attr-defined]
@@ -147,8 +153,9 @@ class RefreshView(TokenView):
 
 
 class ProvidersView(APIView):
-    """``GET /oauth2/providers``: the login providers of ``/oauth2/authorize``. Only ``local``
-    (accounts of this server) for now; upstream OAuth2/OIDC providers are not built."""
+    """``GET /oauth2/providers``: the login providers of ``/oauth2/authorize``: ``local``
+    (accounts of this server) and each upstream OAuth2/OIDC provider (``provider=<name>`` on the
+    authorize request goes straight to it)."""
 
     authentication_classes = ()
     permission_classes = (AllowAny,)
@@ -157,7 +164,83 @@ class ProvidersView(APIView):
     @extend_schema(tags=["oauth2"], operation_id="oauth2_providers", auth=[],
                    responses={200: dict})
     def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        authorize_url = request.build_absolute_uri("/oauth2/authorize")
         return Response({"providers": [
             {"name": "local", "type": "local", "title": "Account on this server",
-             "authorize_url": request.build_absolute_uri("/oauth2/authorize")},
+             "authorize_url": authorize_url},
+            *({"name": p.name, "type": "oidc", "title": p.label, "authorize_url": authorize_url,
+               "authorize_params": {"provider": p.name}} for p in upstream.providers()),
         ]})
+
+
+# --- upstream providers (apps.accounts.upstream) ------------------------------------------------
+
+
+def _upstream_start_url(name: str, next_path: str) -> str:
+    return f"/oauth2/upstream/{quote(name)}?" + urlencode({"next": next_path})
+
+
+def _upstream_authorize(request: HttpRequest, client: AuthorizeClient, params: dict[str, str],
+                        redirect_uri: str) -> HttpResponse | None:
+    """``provider=<name>`` skips the login page; a request the upstream callback just logged in
+    for (the session's one-shot marker) gets its code without a second click."""
+    if request.method != "GET":
+        return None
+    if request.user.is_authenticated and request.session.get(upstream.DONE_KEY) == (
+            request.get_full_path()):
+        del request.session[upstream.DONE_KEY]
+        code = authorization_code_create(
+            client_id=client.client_id, user=request.user, redirect_uri=redirect_uri,
+            code_challenge=params["code_challenge"], device_id=params["device_id"],
+            scope=params["scope"],
+        )
+        return _redirect(redirect_uri, {"code": code, "state": request.GET.get("state", "")})
+    name = request.GET.get("provider", "")
+    if name and name != "local":
+        if upstream.provider(name) is None:
+            return _redirect(redirect_uri, {"error": "invalid_request",
+                                            "error_description": "unknown provider",
+                                            "state": request.GET.get("state", "")})
+        return HttpResponseRedirect(_upstream_start_url(name, request.get_full_path()))
+    return None
+
+
+@never_cache
+def upstream_start(request: HttpRequest, name: str) -> HttpResponse:
+    """``GET /oauth2/upstream/<name>?next=<an /oauth2/authorize request>``: to the provider."""
+    provider = upstream.provider(name)
+    next_path = request.GET.get("next", "")
+    if provider is None:
+        return _error_page(request, "Unknown sign-in provider.")
+    if not upstream.next_allowed(next_path):
+        return _error_page(request, "The sign-in request is not valid.")
+    callback = request.build_absolute_uri(f"/oauth2/callback/{quote(provider.name)}")
+    response = HttpResponseRedirect(upstream.start(request.session, provider,
+                                                   next_path=next_path, callback_uri=callback))
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+@never_cache
+def upstream_callback(request: HttpRequest, name: str) -> HttpResponse:
+    """``GET /oauth2/callback/<name>?code&state``: verify, log in, continue the authorize
+    request. Every refusal is an error page (never a redirect) and writes nothing."""
+    provider = upstream.provider(name)
+    if provider is None:
+        return _error_page(request, "Unknown sign-in provider.")
+    try:
+        entry = upstream.pop_state(request.session, provider, request.GET.get("state", ""))
+        if request.GET.get("error"):
+            raise upstream.UpstreamError("The provider did not sign you in.")
+        code = request.GET.get("code", "")
+        if not code:
+            raise upstream.UpstreamError("The provider sent no code.")
+        callback = request.build_absolute_uri(f"/oauth2/callback/{quote(provider.name)}")
+        user = upstream.complete(provider, entry, code=code, callback_uri=callback)
+    except upstream.UpstreamError as exc:
+        return _error_page(request, str(exc))
+    login(request, user, backend="django.contrib.auth.backends.ModelBackend")
+    request.session[upstream.DONE_KEY] = entry["next"]
+    response = HttpResponseRedirect(entry["next"])  # next_allowed: our authorize path only
+    response["Cache-Control"] = "no-store"
+    return response

@@ -17,4 +17,7 @@ urlpatterns = [
     path("oauth2/authorize", authorize_views.authorize, name="oauth2_authorize"),
     path("oauth2/refresh", authorize_views.RefreshView.as_view(), name="oauth2_refresh"),
     path("oauth2/providers", authorize_views.ProvidersView.as_view(), name="oauth2_providers"),
+    path("oauth2/upstream/<slug:name>", authorize_views.upstream_start, name="oauth2_upstream"),
+    path("oauth2/callback/<slug:name>", authorize_views.upstream_callback,
+         name="oauth2_callback"),
 ]

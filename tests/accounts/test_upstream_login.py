@@ -1,0 +1,246 @@
+"""Upstream login providers of ``/oauth2/authorize`` against a live Daphne and a real upstream
+OIDC provider (a threaded HTTP server with ``/authorize``, ``/token`` and a JWKS): the whole
+flow ends with our tokens for the upstream user; each refusal writes nothing."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+import urllib.parse
+from collections.abc import Iterator
+from typing import Any
+
+import jwt
+import pytest
+from django.contrib.auth import get_user_model
+
+from apps.accounts.clients import oauth_client_create
+from apps.accounts.models import AuthorizationCode, ExternalIdentity, OAuthClient, OAuthProvider
+from tests.accounts import test_pkce
+from tests.accounts.issuer import TestIssuer, new_key
+from tests.accounts.test_pkce import (
+    REDIRECT,
+    Browser,
+    authorize_path,
+    pkce_pair,
+    query_of,
+)
+from tests.livesrv import LiveServer, free_port
+
+pytestmark = [pytest.mark.django_db(transaction=True)]
+
+web = test_pkce.web  # the live Daphne (module scope)
+CLIENT_ID = "rtcagent-at-upstream"
+SECRET = "upstream-secret-" + "x" * 16
+
+
+class Upstream(TestIssuer):
+    """An OIDC provider: the test issuer's key and JWKS, plus ``/authorize`` (redirects straight
+    back with a code) and ``/token`` (an id_token signed with its key; ``tamper`` changes its
+    claims, ``forge`` signs it with another key, ``token_down`` answers 503)."""
+
+    def __init__(self) -> None:
+        super().__init__("ES256")
+        self.codes: dict[str, dict[str, str]] = {}
+        self.tamper: dict[str, Any] = {}
+        self.forge = False
+        self.token_down = False
+        self.token_forms: list[dict[str, str]] = []
+        up = self
+
+        class Handler(self.server.RequestHandlerClass):  # type: ignore[name-defined,misc]
+            def _send(self, status: int, body: bytes = b"", location: str = "") -> None:
+                self.send_response(status)
+                if location:
+                    self.send_header("Location", location)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self) -> None:
+                parts = urllib.parse.urlsplit(self.path)
+                if parts.path != "/authorize":
+                    return super().do_GET()
+                q = dict(urllib.parse.parse_qsl(parts.query))
+                code = secrets.token_urlsafe(16)
+                up.codes[code] = q
+                return self._send(302, location=q["redirect_uri"] + "?" + urllib.parse.urlencode(
+                    {"code": code, "state": q["state"]}))
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                form = dict(urllib.parse.parse_qsl(self.rfile.read(length).decode()))
+                up.token_forms.append(form)
+                if up.token_down:
+                    return self._send(503)
+                q = up.codes.pop(form.get("code", ""), None)
+                if (q is None or form.get("client_secret") != SECRET
+                        or form.get("redirect_uri") != q["redirect_uri"]):
+                    return self._send(400, b'{"error": "invalid_grant"}')
+                claims = {"aud": CLIENT_ID, "sub": "up-123", "email": "uma@upstream.example",
+                          "email_verified": True, "name": "Uma Upstream", "nonce": q["nonce"],
+                          "device_id": None, **up.tamper}
+                id_token = up.token(key=new_key("ES256") if up.forge else None,
+                                    headers={"kid": up.signing.kid}, **claims)
+                return self._send(200, json.dumps({"access_token": "upstream-at",
+                                                   "token_type": "Bearer",
+                                                   "id_token": id_token}).encode())
+
+        self.server.RequestHandlerClass = Handler
+
+
+@pytest.fixture
+def up() -> Iterator[Upstream]:
+    server = Upstream()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def spa(up: Upstream) -> str:
+    client, _ = oauth_client_create(
+        name="static spa", public=True, grants=[OAuthClient.Grant.AUTHORIZATION_CODE],
+        redirect_uris=[REDIRECT],
+    )
+    OAuthProvider.objects.create(
+        name="upco", label="Upstream Co", authorization_endpoint=up.url + "/authorize",
+        token_endpoint=up.url + "/token", client_id=CLIENT_ID, client_secret=SECRET,
+        issuer=up.url, jwks_uri=up.url + "/jwks.json",
+    )
+    return client.client_id
+
+
+def _follow(browser: Browser, location: str) -> Any:
+    """Follow a redirect on the upstream with plain urllib (no cookies shared with us)."""
+    import urllib.request
+
+    from tests.accounts.test_pkce import _NoRedirect
+
+    opener = urllib.request.build_opener(_NoRedirect())
+    try:
+        opener.open(location, timeout=10)  # the test's own 127.0.0.1 server
+    except urllib.error.HTTPError as exc:
+        return exc.headers["Location"]
+    raise AssertionError("the upstream did not redirect")
+
+
+def _to_upstream(browser: Browser, client_id: str) -> tuple[str, str]:
+    """Login page → provider button → upstream authorize URL; the verifier of our own PKCE."""
+    verifier, challenge = pkce_pair()
+    page = browser.request(authorize_path(client_id, challenge))
+    assert page.status == 200 and "Upstream Co" in page.body
+    start = browser.request(authorize_path(client_id, challenge, provider="upco"))
+    assert start.status == 302 and start.location.startswith("/oauth2/upstream/upco?")
+    answer = browser.request(start.location)
+    assert answer.status == 302
+    return answer.location, verifier
+
+
+def _nothing_created(browser: Browser) -> None:
+    assert not ExternalIdentity.objects.exists()
+    assert not get_user_model().objects.exists()
+    assert not AuthorizationCode.objects.exists()
+
+
+def _callback(browser: Browser, upstream_location: str) -> Any:
+    back = _follow(browser, upstream_location)
+    return browser.request(back.removeprefix(browser.base))
+
+
+def test_providers_lists_local_and_upstream(web: LiveServer, spa: str) -> None:
+    answer = Browser(web).request("/oauth2/providers")
+    names = [p["name"] for p in answer.json()["providers"]]
+    assert names == ["local", "upco"]
+    assert "client_secret" not in answer.body and SECRET not in answer.body
+
+
+def test_whole_flow_ends_with_our_tokens(web: LiveServer, spa: str, up: Upstream) -> None:
+    browser = Browser(web)
+    location, verifier = _to_upstream(browser, spa)
+    q = query_of(location)
+    assert location.startswith(up.url + "/authorize?")
+    assert q["client_id"] == CLIENT_ID and q["code_challenge_method"] == "S256"
+    assert q["redirect_uri"] == web.http_url + "/oauth2/callback/upco" and q["nonce"]
+    callback = _callback(browser, location)
+    assert callback.status == 302, callback.body
+    assert callback.location.startswith("/oauth2/authorize?")
+    final = browser.request(callback.location)
+    assert final.status == 302 and final.location.startswith(REDIRECT + "?")
+    result = query_of(final.location)
+    assert result["state"] == "st-42"
+    assert up.token_forms[-1]["code_verifier"]
+    tokens = browser.request("/oauth2/token", form={
+        "grant_type": "authorization_code", "code": result["code"], "client_id": spa,
+        "redirect_uri": REDIRECT, "code_verifier": verifier,
+    })
+    assert tokens.status == 200, tokens.body
+    access = jwt.decode(tokens.json()["access_token"], options={"verify_signature": False})
+    identity = ExternalIdentity.objects.get(issuer=up.url, subject="up-123")
+    assert access["sub"] == str(identity.user_id)
+    assert identity.user.email == "uma@upstream.example"
+    assert tokens.json()["refresh_token"]
+    # The marker is one-shot: the same authorize request goes to the provider again, no code.
+    again = browser.request(callback.location)
+    assert again.status == 302 and again.location.startswith("/oauth2/upstream/upco?")
+    assert AuthorizationCode.objects.count() == 1
+
+
+def test_wrong_state_is_refused(web: LiveServer, spa: str, up: Upstream) -> None:
+    browser = Browser(web)
+    location, _ = _to_upstream(browser, spa)
+    back = _follow(browser, location)
+    forged = back.replace("state=", "state=x")
+    answer = browser.request(forged.removeprefix(browser.base))
+    assert answer.status == 400 and "state" in answer.body
+    assert not up.token_forms  # no code exchanged
+    _nothing_created(browser)
+    # And the state works only in the browser (session) that started the login.
+    answer = Browser(web).request(back.removeprefix(browser.base))
+    assert answer.status == 400
+    _nothing_created(browser)
+
+
+@pytest.mark.parametrize("tamper", [
+    {"nonce": "another"}, {"nonce": None}, {"aud": "someone-else"}, {"iss": "https://evil"},
+    {"exp": int(time.time()) - 600},
+])
+def test_bad_id_token_is_refused(web: LiveServer, spa: str, up: Upstream,
+                                 tamper: dict[str, Any]) -> None:
+    up.tamper = tamper
+    browser = Browser(web)
+    location, _ = _to_upstream(browser, spa)
+    answer = _callback(browser, location)
+    assert answer.status == 400 and "id_token" in answer.body
+    assert "Location" not in answer.headers
+    _nothing_created(browser)
+
+
+def test_forged_id_token_is_refused(web: LiveServer, spa: str, up: Upstream) -> None:
+    up.forge = True
+    browser = Browser(web)
+    answer = _callback(browser, _to_upstream(browser, spa)[0])
+    assert answer.status == 400 and "id_token is not valid" in answer.body
+    _nothing_created(browser)
+
+
+def test_token_endpoint_down_is_refused(web: LiveServer, spa: str, up: Upstream) -> None:
+    up.token_down = True
+    for message in ("refused", "could not be reached"):
+        browser = Browser(web)
+        answer = _callback(browser, _to_upstream(browser, spa)[0])
+        assert answer.status == 400 and message in answer.body
+        _nothing_created(browser)
+        OAuthProvider.objects.filter(name="upco").update(
+            token_endpoint=f"http://127.0.0.1:{free_port()}/token")  # then nothing listens
+
+
+def test_next_must_be_our_authorize(web: LiveServer, spa: str) -> None:
+    browser = Browser(web)
+    for target in ("https://evil.example/", "//evil.example/oauth2/authorize?",
+                   "/admin/"):
+        answer = browser.request("/oauth2/upstream/upco?" + urllib.parse.urlencode(
+            {"next": target}))
+        assert answer.status == 400 and "Location" not in answer.headers
+    assert browser.request("/oauth2/upstream/nope?next=/oauth2/authorize?x").status == 400
