@@ -24,6 +24,7 @@ from rest_framework.permissions import AllowAny
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.throttling import SimpleRateThrottle
 from rest_framework.views import APIView
 
 from . import upstream
@@ -82,6 +83,28 @@ def _validate(query: Any, client: AuthorizeClient) -> dict[str, str]:
     return params
 
 
+class _LoginFailures(SimpleRateThrottle):
+    """Failed password posts of the login page per client address (the peer, or the client's
+    entry of X-Forwarded-For behind ``RTC_NUM_PROXIES`` proxies), at the ``auth`` rate of
+    ``/api/auth/token/``. Only failures count; a full window answers 429 without checking."""
+
+    scope = "auth"
+
+    def get_cache_key(self, request: Any, view: Any) -> str:
+        return self.cache_format % {"scope": "oauth2-login", "ident": self.get_ident(request)}
+
+
+def _login_failures_full(request: HttpRequest) -> bool:
+    throttle = _LoginFailures()
+    history = throttle.cache.get(throttle.get_cache_key(request, None), [])
+    now = throttle.timer()
+    return sum(1 for t in history if t > now - throttle.duration) >= throttle.num_requests
+
+
+def _login_failure_count(request: HttpRequest) -> None:
+    _LoginFailures().allow_request(request, None)  # records one failure in the window
+
+
 @never_cache
 @csrf_protect
 def authorize(request: HttpRequest) -> HttpResponse:
@@ -106,11 +129,16 @@ def authorize(request: HttpRequest) -> HttpResponse:
     if upstream_answer is not None:
         return upstream_answer
     form = AuthenticationForm(request)
+    status, throttled = 200, False
     if request.method == "POST":
         if request.POST.get("action") == "cancel":
             return _redirect(redirect_uri, {"error": "access_denied", "state": state})
         if request.POST.get("action") == "continue" and request.user.is_authenticated:
             user = request.user
+        elif _login_failures_full(request):
+            form = AuthenticationForm(request)
+            status, throttled = 429, True
+            user = None
         else:
             data = request.POST.copy()
             data["username"] = data.get("username", "").strip().lower()
@@ -118,6 +146,8 @@ def authorize(request: HttpRequest) -> HttpResponse:
             user = form.get_user() if form.is_valid() else None
             if user is not None:
                 login(request, user)
+            else:
+                _login_failure_count(request)
         if user is not None:
             code = authorization_code_create(
                 client_id=client.client_id, user=user, redirect_uri=redirect_uri,
@@ -130,9 +160,10 @@ def authorize(request: HttpRequest) -> HttpResponse:
     response = render(request, "oauth2/login.html", {
         "client": client, "form": form, "redirect_host": urlsplit(redirect_uri).netloc,
         "current": request.user if request.user.is_authenticated else None,
+        "throttled": throttled,
         "upstream": [(p.label, _upstream_start_url(p.name, request.get_full_path()))
                      for p in upstream.providers()],
-    })
+    }, status=status)
     parts = urlsplit(redirect_uri)
     response._csp_update = {"form-action": [f"{parts.scheme}://{parts.netloc}"]}  # type: ignore[attr-defined]
     return response
