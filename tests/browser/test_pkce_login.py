@@ -126,4 +126,20 @@ def test_a_static_page_on_another_origin_logs_in_with_pkce_and_chats(
         f"rtc-pkce:{client_id}:refresh"]
     assert access not in json.dumps(stored["session"]), "the access token lives in memory only"
     assert f"rtc-pkce:{client_id}:pending" not in stored["session"]
+
+    # A reload has no access token in memory: the refresh token (CORS again) gets a new pair.
+    key = f"rtc-pkce:{client_id}:refresh"
+    page.reload()
+    wait_connected(page)
+    rotated = page.evaluate(f"sessionStorage.getItem('{key}')")
+    assert rotated and rotated != refresh, "refresh tokens are single use and rotated"
+    assert page.url == host["url"]
+
+    # Logout forgets the refresh token and revokes the login on the server (CORS).
+    from apps.accounts.models import TokenFamily
+
+    page.evaluate("window.__auth.logout()")
+    assert page.evaluate(f"sessionStorage.getItem('{key}')") is None
+    families = TokenFamily.objects.filter(user=web_user)
+    assert families.count() == 1 and families.get().revoked_at is not None
     assert page.errors == [], console
