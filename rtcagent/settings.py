@@ -232,6 +232,8 @@ RTC_JWT_ISSUER = env.str("RTC_JWT_ISSUER", default="rtcagent")
 RTC_JWT_AUDIENCE = env.str("RTC_JWT_AUDIENCE", default="rtcagent")
 # Token exchange (docs/auth.md): issuers whose JWTs /oauth2/token accepts, besides the admin's.
 RTC_TRUSTED_ISSUERS = env.json("RTC_TRUSTED_ISSUERS", default=[])
+# Upstream login providers of /oauth2/authorize (docs/auth.md), besides those in the admin.
+RTC_OAUTH_PROVIDERS = env.json("RTC_OAUTH_PROVIDERS", default=[])
 RTC_EXCHANGE_MAX_MINUTES = env.int("RTC_EXCHANGE_MAX_MINUTES", default=15)
 RTC_ADMIN_TOKEN_SECONDS = env.int("RTC_ADMIN_TOKEN_SECONDS", default=120)
 

@@ -88,3 +88,13 @@ def test_rediss_urls_take_the_certificate_policy() -> None:
 
     pool = redis.ConnectionPool.from_url(result.stdout.strip())
     assert pool.connection_kwargs["ssl_cert_reqs"] == "none"
+
+
+def test_json_lists_come_from_the_environment() -> None:
+    code = ("from django.conf import settings as s; "
+            "print(s.RTC_OAUTH_PROVIDERS[0]['name'], s.RTC_TRUSTED_ISSUERS[0]['issuer'])")
+    env = child_env(RTC_OAUTH_PROVIDERS='[{"name": "kc"}]',
+                    RTC_TRUSTED_ISSUERS='[{"issuer": "https://idp.example.com"}]')
+    result = subprocess.run([sys.executable, "-c", f"import django; django.setup(); {code}"],
+                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert result.stdout.split() == ["kc", "https://idp.example.com"], result.stderr

@@ -23,7 +23,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import os
 import secrets
 import time
 import urllib.error
@@ -98,12 +97,7 @@ _FIELDS = ("name", "label", "authorization_endpoint", "token_endpoint", "client_
 
 
 def _env_entries() -> list[Any]:
-    entries = getattr(settings, "RTC_OAUTH_PROVIDERS", None)
-    if entries is None:
-        try:
-            entries = json.loads(os.environ.get("RTC_OAUTH_PROVIDERS") or "[]")
-        except ValueError:
-            entries = []
+    entries = getattr(settings, "RTC_OAUTH_PROVIDERS", None) or []  # RTC_OAUTH_PROVIDERS (JSON)
     return entries if isinstance(entries, list) else []
 
 

@@ -246,13 +246,15 @@ def test_next_must_be_our_authorize(web: LiveServer, spa: str) -> None:
     assert browser.request("/oauth2/upstream/nope?next=/oauth2/authorize?x").status == 400
 
 
-def test_env_providers(monkeypatch: pytest.MonkeyPatch, up: Upstream) -> None:
+def test_env_providers(settings, up: Upstream) -> None:
+    """``RTC_OAUTH_PROVIDERS`` (read by the settings as JSON): valid entries become providers,
+    incomplete ones are skipped."""
     from apps.accounts import upstream
 
     entry = {"name": "kc", "label": "Keycloak", "authorization_endpoint": up.url + "/authorize",
              "token_endpoint": up.url + "/token", "client_id": CLIENT_ID,
              "issuer": up.url, "jwks_uri": up.jwks_uri, "scopes": ["openid", "email"]}
-    monkeypatch.setenv("RTC_OAUTH_PROVIDERS", json.dumps([entry, {"name": "broken"}]))
+    settings.RTC_OAUTH_PROVIDERS = [entry, {"name": "broken"}]
     found = upstream.providers()
     assert [p.name for p in found] == ["kc"] and found[0].scopes == "openid email"
     assert not found[0].merge_by_email
