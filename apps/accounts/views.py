@@ -100,9 +100,11 @@ class RevokeView(APIView):
 
     An access or a refresh token revokes its whole login (family). Unknown, forged and already
     revoked tokens get the same 200 (§2.2), so the answer tells nothing. Client authentication
-    (§2.1) is not required yet: a token is accepted from anyone who holds it, which can only
-    end that token's login. Once OAuth clients exist, confidential clients must authenticate
-    here and may revoke only tokens issued to them.
+    (§2.1): a request that names a client (HTTP Basic or ``client_id``) must authenticate as at
+    ``/oauth2/token``, else 401 ``invalid_client`` and nothing is revoked; a request without a
+    client is accepted, since whoever holds a token can only end that token's login (the
+    widget is a public client). Tokens do not record their client, so a client may revoke any
+    token it holds.
     """
 
     authentication_classes = ()
@@ -119,8 +121,23 @@ class RevokeView(APIView):
         auth=[],
     )
     def post(self, request: Request) -> Response:
+        from .clients import client_authenticate
+        from .oauth import OAuthError
+
         token = request.data.get("token")
         headers = {"Cache-Control": "no-store"}
+        authorization = request.headers.get("Authorization", "")
+        form = {k: str(request.data[k]) for k in ("client_id", "client_secret")
+                if k in request.data}
+        if authorization.lower().startswith("basic ") or form.get("client_id"):
+            # §2.1: a client that identifies itself must authenticate as it does at the token
+            # endpoint (confidential clients with their secret); a wrong one revokes nothing.
+            try:
+                client_authenticate(authorization=authorization, form=form)
+            except OAuthError as exc:
+                headers["WWW-Authenticate"] = 'Basic realm="oauth2"'
+                return Response({"error": exc.code, "error_description": exc.description},
+                                status=exc.status, headers=headers)
         if not isinstance(token, str) or not token:
             return Response(
                 {"error": "invalid_request", "error_description": "token is required"},

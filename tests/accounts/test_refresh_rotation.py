@@ -224,3 +224,27 @@ def test_the_admin_action_revokes_every_family(client: Client, make_user: Any) -
     for pair in (first, second):
         assert _me(client, pair["access"]) == 401
         assert _refresh(client, pair["refresh"]).status_code == 401
+
+
+def test_a_client_that_names_itself_on_revoke_must_authenticate(client: Client,
+                                                                make_user: Any) -> None:
+    """RFC 7009 §2.1: a confidential client authenticates as at the token endpoint; a wrong
+    secret or an unknown client is 401 invalid_client and revokes nothing."""
+    import base64
+
+    from apps.accounts.clients import oauth_client_create
+
+    site, secret = oauth_client_create(name="site")
+    user = make_user()
+    pair = _login(client, user)
+    wrong = _revoke(client, token=pair["refresh"], client_id=site.client_id,
+                    client_secret="not-the-secret")
+    assert wrong.status_code == 401 and wrong.json()["error"] == "invalid_client"
+    unknown = _revoke(client, token=pair["refresh"], client_id="nobody")
+    assert unknown.status_code == 401
+    assert _me(client, pair["access"]) == 200  # nothing revoked
+    basic = base64.b64encode(f"{site.client_id}:{secret}".encode()).decode()
+    ok = client.post(REVOKE_URL, urlencode({"token": pair["refresh"]}), content_type=FORM,
+                     HTTP_AUTHORIZATION=f"Basic {basic}")
+    assert ok.status_code == 200
+    assert _me(client, pair["access"]) == 401
