@@ -171,12 +171,26 @@ class OAuthClient(models.Model):
         TOKEN_EXCHANGE = "token-exchange", "token exchange (RFC 8693)"
         AUTHORIZATION_CODE = "authorization-code", "authorization code with PKCE"
 
+    class AuthMethod(models.TextChoices):
+        CLIENT_SECRET = "client_secret", "client secret (HTTP Basic or form)"
+        PRIVATE_KEY_JWT = "private_key_jwt", "private_key_jwt (RFC 7523 client assertion)"
+
     client_id = models.CharField(max_length=64, unique=True)
     name = models.CharField(max_length=200)
     public = models.BooleanField(default=False)
     secret_hash = models.CharField(max_length=64, blank=True, default="", editable=False)
     redirect_uris = models.JSONField(default=list, blank=True)
     grants = models.JSONField(default=list, help_text="token-exchange, authorization-code")
+    auth_method = models.CharField(
+        max_length=32, choices=AuthMethod.choices, default=AuthMethod.CLIENT_SECRET
+    )
+    jwks_uri = models.URLField(
+        max_length=2000, blank=True, default="",
+        help_text="private_key_jwt: where the client publishes its public keys (https)",
+    )
+    jwks = models.JSONField(
+        null=True, blank=True, help_text='private_key_jwt: inline public JWKS {"keys": [...]}'
+    )
     is_active = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
 

@@ -25,7 +25,7 @@ from .oauth import InvalidRequest, OAuthError, TokenRequest, grant_dispatch
 NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}
 _SINGLE = ("grant_type", "subject_token", "subject_token_type", "requested_token_type",
            "audience", "resource", "scope", "actor_token", "actor_token_type", "client_id",
-           "client_secret")
+           "client_secret", "client_assertion", "client_assertion_type")
 
 
 def _error(exc: OAuthError, *, basic: bool) -> Response:
@@ -62,7 +62,8 @@ class TokenView(APIView):
             if not grant_type:
                 raise InvalidRequest("grant_type is required")
             client, basic = client_authenticate(
-                authorization=request.headers.get("Authorization", ""), form=form
+                authorization=request.headers.get("Authorization", ""), form=form,
+                token_url=request.build_absolute_uri("/oauth2/token"),
             )
             result = grant_dispatch(TokenRequest(client=client, params=form), grant_type)
         except OAuthError as exc:

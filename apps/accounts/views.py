@@ -127,13 +127,16 @@ class RevokeView(APIView):
         token = request.data.get("token")
         headers = {"Cache-Control": "no-store"}
         authorization = request.headers.get("Authorization", "")
-        form = {k: str(request.data[k]) for k in ("client_id", "client_secret")
+        form = {k: str(request.data[k]) for k in ("client_id", "client_secret",
+                                                  "client_assertion", "client_assertion_type")
                 if k in request.data}
-        if authorization.lower().startswith("basic ") or form.get("client_id"):
+        if (authorization.lower().startswith("basic ") or form.get("client_id")
+                or form.get("client_assertion") or form.get("client_assertion_type")):
             # §2.1: a client that identifies itself must authenticate as it does at the token
             # endpoint (confidential clients with their secret); a wrong one revokes nothing.
             try:
-                client_authenticate(authorization=authorization, form=form)
+                client_authenticate(authorization=authorization, form=form,
+                                    token_url=request.build_absolute_uri("/oauth2/token"))
             except OAuthError as exc:
                 headers["WWW-Authenticate"] = 'Basic realm="oauth2"'
                 return Response({"error": exc.code, "error_description": exc.description},
