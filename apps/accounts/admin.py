@@ -94,9 +94,10 @@ class DeviceAdmin(admin.ModelAdmin):
 
 @admin.register(OAuthClient)
 class OAuthClientAdmin(admin.ModelAdmin):
-    list_display = ("name", "client_id", "public", "is_active", "created_at")
-    readonly_fields = ("client_id",)
-    fields = ("name", "client_id", "public", "grants", "redirect_uris", "is_active")
+    list_display = ("name", "client_id", "public", "auth_method", "is_active", "created_at")
+    readonly_fields = ("client_id", "auth_method")
+    fields = ("name", "client_id", "public", "auth_method", "jwks_uri", "jwks", "grants",
+              "redirect_uris", "is_active")
 
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
         from .clients import oauth_client_create
@@ -106,8 +107,8 @@ class OAuthClientAdmin(admin.ModelAdmin):
             return
         client, secret = oauth_client_create(
             name=obj.name, public=obj.public, redirect_uris=obj.redirect_uris,
-            grants=obj.grants or None,
-        )
+            grants=obj.grants or None, jwks_uri=obj.jwks_uri or None, jwks=obj.jwks or None,
+        )  # a JWKS (URI or inline) makes a private_key_jwt client, without a secret
         obj.pk, obj.client_id = client.pk, client.client_id
         note = f" Its secret (shown once): {secret}" if secret else ""
         self.message_user(request, f"Client id: {client.client_id}.{note}", messages.WARNING)

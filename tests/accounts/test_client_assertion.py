@@ -229,3 +229,14 @@ def test_command_creates_key_client(keys: TestIssuer) -> None:
     row = OAuthClient.objects.get(client_id=data["client_id"])
     assert row.auth_method == OAuthClient.AuthMethod.PRIVATE_KEY_JWT
     assert row.jwks_uri == keys.jwks_uri
+
+
+def test_admin_creates_key_client(admin_client: Client, keys: TestIssuer) -> None:
+    response = admin_client.post("/admin/accounts/oauthclient/add/", {
+        "name": "from-admin", "jwks_uri": keys.jwks_uri, "jwks": "",
+        "grants": '["token-exchange"]', "redirect_uris": "[]", "is_active": "on",
+    })
+    assert response.status_code == 302, response.content[:2000]
+    row = OAuthClient.objects.get(name="from-admin")
+    assert row.auth_method == OAuthClient.AuthMethod.PRIVATE_KEY_JWT
+    assert row.secret_hash == ""
