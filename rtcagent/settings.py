@@ -265,7 +265,11 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "DEFAULT_THROTTLE_RATES": {"auth": "30/min"},
+    # oauth: /oauth2/token and /oauth2/revoke per named client, else per address
+    "DEFAULT_THROTTLE_RATES": {
+        "auth": "30/min",
+        "oauth": env.str("RTC_OAUTH_RATE", default="600/min"),
+    },
     "NUM_PROXIES": RTC_NUM_PROXIES,
     "DEFAULT_PARSER_CLASSES": [
         "rtcagent.parsers.JSONParser",  # orjson + the depth and NUL check: 400, never a 500

@@ -21,6 +21,7 @@ from rest_framework.views import APIView
 from . import exchange, pkce  # noqa: F401 - importing registers their grants
 from .clients import client_authenticate
 from .oauth import InvalidRequest, OAuthError, TokenRequest, grant_dispatch
+from .throttles import OAuthThrottled
 
 NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}
 _SINGLE = ("grant_type", "subject_token", "subject_token_type", "requested_token_type",
@@ -38,8 +39,9 @@ def _error(exc: OAuthError, *, basic: bool) -> Response:
     return Response(body, status=exc.status, headers=headers)
 
 
-class TokenView(APIView):
-    """The OAuth2 token endpoint; one handler per ``grant_type``."""
+class TokenView(OAuthThrottled, APIView):
+    """The OAuth2 token endpoint; one handler per ``grant_type``; throttled per client
+    (``oauth`` rate, ``apps.accounts.throttles``)."""
 
     authentication_classes = ()
     permission_classes = (AllowAny,)
@@ -47,7 +49,7 @@ class TokenView(APIView):
     renderer_classes = (JSONRenderer,)
 
     @extend_schema(tags=["oauth2"], operation_id="oauth2_token", auth=[], request=None,
-                   responses={200: dict, 400: dict, 401: dict, 503: dict})
+                   responses={200: dict, 400: dict, 401: dict, 429: dict, 503: dict})
     def post(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         basic = request.headers.get("Authorization", "").lower().startswith("basic ")
         try:

@@ -29,6 +29,7 @@ from .serializers import (
     TokenRefreshSerializer,
 )
 from .services import RefreshRefused, refresh_token_logout, token_revoke
+from .throttles import OAuthThrottled
 
 JWKS_MAX_AGE = 300  # seconds; verifiers refetch on an unknown kid anyway
 
@@ -95,7 +96,7 @@ class LogoutView(APIView):
         return Response(status=204)
 
 
-class RevokeView(APIView):
+class RevokeView(OAuthThrottled, APIView):
     """RFC 7009 token revocation: POST form ``token`` [, ``token_type_hint``] -> 200, empty.
 
     An access or a refresh token revokes its whole login (family). Unknown, forged and already
@@ -117,7 +118,7 @@ class RevokeView(APIView):
         request={"application/x-www-form-urlencoded": {"type": "object", "properties": {
             "token": {"type": "string"}, "token_type_hint": {"type": "string"}},
             "required": ["token"]}},
-        responses={200: None, 400: None},
+        responses={200: None, 400: None, 429: None},
         auth=[],
     )
     def post(self, request: Request) -> Response:
