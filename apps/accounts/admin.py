@@ -116,7 +116,8 @@ class OAuthClientAdmin(admin.ModelAdmin):
 
 @admin.register(OAuthProvider)
 class OAuthProviderAdmin(TrustedIssuerAdmin):
-    """Saving forgets the provider's cached JWKS, as for a trusted issuer."""
+    """Saving forgets the provider's cached JWKS, as for a trusted issuer. A plain OAuth2
+    provider (e.g. GitHub) has a userinfo endpoint instead of an issuer and JWKS."""
 
-    list_display = ("name", "label", "issuer", "enabled", "merge_by_email")
-    search_fields = ("name", "label", "issuer")
+    list_display = ("name", "label", "issuer", "userinfo_endpoint", "enabled", "merge_by_email")
+    search_fields = ("name", "label", "issuer", "userinfo_endpoint")

@@ -7,6 +7,7 @@ from typing import Any
 
 from django.contrib.auth.base_user import BaseUserManager
 from django.contrib.auth.models import AbstractUser
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.utils import timezone
 
@@ -238,8 +239,17 @@ class OAuthProvider(models.Model):
     client_id = models.CharField(max_length=255)
     client_secret = models.CharField(max_length=500, blank=True, default="")
     scopes = models.CharField(max_length=500, default="openid email profile")
-    issuer = models.CharField(max_length=255, help_text="exact `iss` of its id_tokens")
-    jwks_uri = models.URLField(max_length=500, help_text="https (http only for localhost)")
+    issuer = models.CharField(
+        max_length=255, blank=True, default="",
+        help_text="exact `iss` of its id_tokens; empty for plain OAuth2 (userinfo endpoint)",
+    )
+    jwks_uri = models.URLField(
+        max_length=500, blank=True, default="", help_text="https (http only for localhost)"
+    )
+    userinfo_endpoint = models.URLField(
+        max_length=500, blank=True, default="",
+        help_text="plain OAuth2 (no issuer/JWKS, e.g. GitHub): claims from this endpoint",
+    )
     algorithms = models.JSONField(
         default=list, blank=True, help_text="subset of RS256, ES256, EdDSA; empty = all three"
     )
@@ -259,3 +269,7 @@ class OAuthProvider(models.Model):
 
     def __str__(self) -> str:
         return f"{self.label} ({self.name})"
+
+    def clean(self) -> None:
+        if not (self.issuer and self.jwks_uri) and not self.userinfo_endpoint:
+            raise ValidationError("Set issuer and JWKS URI (OIDC), or a userinfo endpoint.")

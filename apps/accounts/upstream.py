@@ -9,12 +9,17 @@ only, cached and rate-limited; RS256/ES256/EdDSA only), then finds or creates th
 ``(issuer, sub)`` (``exchange._resolve_user``, the same ``ExternalIdentity`` rule as the token
 exchange) and continues the original authorize request.
 
+A plain OAuth2 provider (no ``issuer``/``jwks_uri``, e.g. GitHub) has a ``userinfo_endpoint``
+instead: the upstream access token from the same code exchange is sent to it as a bearer token
+and its JSON answer gives the claims; the identity's issuer is ``oauth2-provider:<name>``.
+
 Why hand-written protocol code: the client side of an authorization-code exchange is one form
 POST; the security-relevant part (the id_token) is verified by PyJWT through the same key
 machinery as the token exchange, so a client library would add a second JWKS cache and fetcher.
 
 Invariants: ``next`` must be a path of ``/oauth2/authorize`` on this server (no open redirect);
-a refusal (bad state, upstream error, token endpoint down, id_token wrong in any way) renders an
+a refusal (bad state, upstream error, token endpoint down, id_token wrong in any way, userinfo
+down or without a subject) renders an
 error page and writes nothing: the user and identity are created only after every check.
 """
 
@@ -43,6 +48,7 @@ SESSION_KEY = "oauth2_upstream"
 DONE_KEY = "oauth2_upstream_done"
 STATE_SECONDS = 600
 MAX_TOKEN_RESPONSE = 64 * 1024
+PLAIN_ISSUER_PREFIX = "oauth2-provider:"  # identities of plain OAuth2 providers: prefix + name
 AUTHORIZE_PATH = "/oauth2/authorize?"
 DEFAULT_CLAIMS = {"subject": "sub", "email": "email", "name": "name"}
 
@@ -58,8 +64,9 @@ class Provider:
     authorization_endpoint: str
     token_endpoint: str
     client_id: str
-    issuer: str
-    jwks_uri: str
+    issuer: str = ""
+    jwks_uri: str = ""
+    userinfo_endpoint: str = ""
     client_secret: str = ""
     scopes: str = "openid email profile"
     algorithms: tuple[str, ...] = ALGORITHMS
@@ -71,29 +78,43 @@ class Provider:
         scopes = data.get("scopes") or "openid email profile"
         if isinstance(scopes, list | tuple):
             scopes = " ".join(str(s) for s in scopes)
+        issuer, jwks_uri = str(data.get("issuer") or ""), str(data.get("jwks_uri") or "")
+        userinfo = str(data.get("userinfo_endpoint") or "")
+        if not (issuer and jwks_uri) and not userinfo:
+            raise KeyError("issuer and jwks_uri, or userinfo_endpoint")
         return cls(
             name=str(data["name"]), label=str(data.get("label") or data["name"]),
             authorization_endpoint=str(data["authorization_endpoint"]),
             token_endpoint=str(data["token_endpoint"]), client_id=str(data["client_id"]),
             client_secret=str(data.get("client_secret") or ""), scopes=str(scopes),
-            issuer=str(data["issuer"]), jwks_uri=str(data["jwks_uri"]),
+            issuer=issuer, jwks_uri=jwks_uri, userinfo_endpoint=userinfo,
             algorithms=tuple(a for a in (data.get("algorithms") or ALGORITHMS)
                              if a in ALGORITHMS),
             claims={**DEFAULT_CLAIMS, **(data.get("claims") or {})},
             merge_by_email=bool(data.get("merge_by_email", False)),
         )
 
+    @property
+    def oidc(self) -> bool:
+        """An id_token provider; otherwise plain OAuth2 with a userinfo endpoint."""
+        return bool(self.issuer and self.jwks_uri)
+
+    @property
+    def identity_issuer(self) -> str:
+        """The ``ExternalIdentity.issuer`` of its users: the ``iss``, or the namespaced name."""
+        return self.issuer if self.oidc else PLAIN_ISSUER_PREFIX + self.name
+
     def issuer_config(self) -> IssuerConfig:
         """The provider as a trusted issuer whose only audience is our client id with it."""
-        return IssuerConfig(issuer=self.issuer, jwks_uri=self.jwks_uri,
+        return IssuerConfig(issuer=self.identity_issuer, jwks_uri=self.jwks_uri,
                             audiences=(self.client_id,), algorithms=self.algorithms,
                             claims={**self.claims, "device": ""},
                             merge_by_email=self.merge_by_email)
 
 
 _FIELDS = ("name", "label", "authorization_endpoint", "token_endpoint", "client_id",
-           "client_secret", "scopes", "issuer", "jwks_uri", "algorithms", "claims",
-           "merge_by_email")
+           "client_secret", "scopes", "issuer", "jwks_uri", "userinfo_endpoint", "algorithms",
+           "claims", "merge_by_email")
 
 
 def _env_entries() -> list[Any]:
@@ -166,8 +187,23 @@ def pop_state(session: Any, provider: Provider, state: str) -> dict[str, Any]:
 # --- callback --------------------------------------------------------------------------------
 
 
+def _fetch_json(request: urllib.request.Request, *, refused: str, unreachable: str) -> Any:
+    """The JSON of one upstream answer (3 s, no redirects, at most 64 KiB; None if not JSON)."""
+    try:
+        with _opener.open(request, timeout=FETCH_TIMEOUT) as response:
+            body = response.read(MAX_TOKEN_RESPONSE + 1)
+    except urllib.error.HTTPError:
+        raise UpstreamError(refused) from None
+    except (OSError, ValueError):
+        raise UpstreamError(unreachable) from None
+    try:
+        return json.loads(body) if len(body) <= MAX_TOKEN_RESPONSE else None
+    except ValueError:
+        return None
+
+
 def _token_request(provider: Provider, *, code: str, verifier: str, callback_uri: str) -> str:
-    """The upstream token endpoint's ``id_token`` for ``code``."""
+    """The upstream token endpoint's ``id_token`` (OIDC) or ``access_token`` for ``code``."""
     if not _uri_allowed(provider.token_endpoint):
         raise UpstreamError("The provider's token endpoint is not https.")
     form = {"grant_type": "authorization_code", "code": code, "redirect_uri": callback_uri,
@@ -179,21 +215,30 @@ def _token_request(provider: Provider, *, code: str, verifier: str, callback_uri
         headers={"Accept": "application/json",
                  "Content-Type": "application/x-www-form-urlencoded"},
     )
-    try:
-        with _opener.open(request, timeout=FETCH_TIMEOUT) as response:
-            body = response.read(MAX_TOKEN_RESPONSE + 1)
-    except urllib.error.HTTPError:
-        raise UpstreamError("The provider refused the sign-in code.") from None
-    except (OSError, ValueError):
-        raise UpstreamError("The provider could not be reached; try again later.") from None
-    try:
-        document = json.loads(body[:MAX_TOKEN_RESPONSE])
-    except ValueError:
-        document = None
-    id_token = document.get("id_token") if isinstance(document, dict) else None
-    if not isinstance(id_token, str) or not id_token:
-        raise UpstreamError("The provider sent no id_token.")
-    return id_token
+    document = _fetch_json(request, refused="The provider refused the sign-in code.",
+                           unreachable="The provider could not be reached; try again later.")
+    wanted = "id_token" if provider.oidc else "access_token"
+    token = document.get(wanted) if isinstance(document, dict) else None
+    if not isinstance(token, str) or not token:
+        raise UpstreamError(f"The provider sent no {wanted}.")
+    return token
+
+
+def _userinfo(provider: Provider, access_token: str) -> dict[str, Any]:
+    """The plain OAuth2 provider's userinfo JSON object for its ``access_token``."""
+    if not _uri_allowed(provider.userinfo_endpoint):
+        raise UpstreamError("The provider's userinfo endpoint is not https.")
+    request = urllib.request.Request(  # noqa: S310 - scheme checked by _uri_allowed
+        provider.userinfo_endpoint,
+        headers={"Accept": "application/json", "Authorization": f"Bearer {access_token}"},
+    )
+    document = _fetch_json(
+        request, refused="The provider's userinfo endpoint refused the sign-in.",
+        unreachable="The provider's userinfo could not be fetched; try again later.",
+    )
+    if not isinstance(document, dict):
+        raise UpstreamError("The provider's userinfo is not a JSON object.")
+    return document
 
 
 def _verified_claims(provider: Provider, id_token: str, *, nonce: str) -> dict[str, Any]:
@@ -229,25 +274,39 @@ def _verified_claims(provider: Provider, id_token: str, *, nonce: str) -> dict[s
 
 
 def complete(provider: Provider, entry: dict[str, Any], *, code: str, callback_uri: str) -> Any:
-    """Exchange the code, verify the id_token, find or create the user (written last)."""
+    """Exchange the code, verify the id_token (or fetch the userinfo), find or create the user
+    (written last)."""
     from .exchange import Subject, _resolve_user
 
-    id_token = _token_request(provider, code=code, verifier=entry["verifier"],
-                              callback_uri=callback_uri)
-    claims = _verified_claims(provider, id_token, nonce=entry["nonce"])
+    token = _token_request(provider, code=code, verifier=entry["verifier"],
+                           callback_uri=callback_uri)
+    if provider.oidc:
+        claims = _verified_claims(provider, token, nonce=entry["nonce"])
+    else:
+        claims = _userinfo(provider, token)
 
     def claim(name: str) -> str:
         value = claims.get(provider.claims.get(name) or "")
         return value if isinstance(value, str) else ""
 
     subject = claim("subject")
+    if not provider.oidc and not subject:
+        # GitHub-like APIs: a numeric subject, and ``id`` when the mapping keeps ``sub``.
+        names = [provider.claims.get("subject") or "sub"]
+        names += ["id"] if names[0] == "sub" else []
+        value = next((claims[n] for n in names if n in claims), None)
+        if isinstance(value, int) and not isinstance(value, bool):
+            subject = str(value)
+        elif isinstance(value, str):
+            subject = value
     if not subject or len(subject) > 255:
-        raise UpstreamError("The provider's id_token names no usable subject.")
+        source = "id_token" if provider.oidc else "userinfo"
+        raise UpstreamError(f"The provider's {source} names no usable subject.")
     verified = claims.get("email_verified") is True
     # An unverified email never links to an existing account, whatever merge_by_email says.
     config = replace(provider.issuer_config(), merge_by_email=provider.merge_by_email and verified)
     user = _resolve_user(Subject(
-        issuer=provider.issuer, subject=subject, email=claim("email")[:254].lower(),
+        issuer=provider.identity_issuer, subject=subject, email=claim("email")[:254].lower(),
         email_verified=verified, name=claim("name")[:150], config=config,
     ))
     if not user.is_active:

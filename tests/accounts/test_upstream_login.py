@@ -38,7 +38,10 @@ SECRET = "upstream-secret-" + "x" * 16
 class Upstream(TestIssuer):
     """An OIDC provider: the test issuer's key and JWKS, plus ``/authorize`` (redirects straight
     back with a code) and ``/token`` (an id_token signed with its key; ``tamper`` changes its
-    claims, ``forge`` signs it with another key, ``token_down`` answers 503)."""
+    claims, ``forge`` signs it with another key, ``token_down`` answers 503). As a plain OAuth2
+provider (``plain``): no id_token, ``/userinfo`` answers ``userinfo`` for the access token it
+issued (401 for any other bearer; ``userinfo_down`` answers 503, ``userinfo_body`` replaces
+the JSON, ``wrong_bearer`` issues access tokens it does not know)."""
 
     def __init__(self) -> None:
         super().__init__("ES256")
@@ -47,6 +50,14 @@ class Upstream(TestIssuer):
         self.forge = False
         self.token_down = False
         self.token_forms: list[dict[str, str]] = []
+        self.plain = False
+        self.access_tokens: set[str] = set()
+        self.userinfo: dict[str, Any] = {"id": 4242, "login": "uma", "name": "Uma Upstream",
+                                         "email": "uma@upstream.example"}
+        self.userinfo_down = False
+        self.userinfo_body: bytes | None = None
+        self.wrong_bearer = False
+        self.userinfo_auth: list[str] = []
         up = self
 
         class Handler(self.server.RequestHandlerClass):  # type: ignore[name-defined,misc]
@@ -61,6 +72,15 @@ class Upstream(TestIssuer):
 
             def do_GET(self) -> None:
                 parts = urllib.parse.urlsplit(self.path)
+                if parts.path == "/userinfo":
+                    auth = self.headers.get("Authorization") or ""
+                    up.userinfo_auth.append(auth)
+                    if up.userinfo_down:
+                        return self._send(503)
+                    if auth.removeprefix("Bearer ") not in up.access_tokens:
+                        return self._send(401, b'{"message": "Bad credentials"}')
+                    return self._send(200, up.userinfo_body if up.userinfo_body is not None
+                                      else json.dumps(up.userinfo).encode())
                 if parts.path != "/authorize":
                     return super().do_GET()
                 q = dict(urllib.parse.parse_qsl(parts.query))
@@ -79,6 +99,12 @@ class Upstream(TestIssuer):
                 if (q is None or form.get("client_secret") != SECRET
                         or form.get("redirect_uri") != q["redirect_uri"]):
                     return self._send(400, b'{"error": "invalid_grant"}')
+                if up.plain:
+                    access = "gho_" + secrets.token_urlsafe(16)
+                    if not up.wrong_bearer:
+                        up.access_tokens.add(access)
+                    return self._send(200, json.dumps({"access_token": access, "scope": "user",
+                                                       "token_type": "bearer"}).encode())
                 claims = {"aud": CLIENT_ID, "sub": "up-123", "email": "uma@upstream.example",
                           "email_verified": True, "name": "Uma Upstream", "nonce": q["nonce"],
                           "device_id": None, **up.tamper}
@@ -110,6 +136,15 @@ def spa(up: Upstream) -> str:
         issuer=up.url, jwks_uri=up.url + "/jwks.json",
     )
     return client.client_id
+
+
+@pytest.fixture
+def plain(up: Upstream, spa: str) -> str:
+    """The provider as plain OAuth2 (GitHub-like): no issuer/JWKS, a userinfo endpoint."""
+    up.plain = True
+    OAuthProvider.objects.filter(name="upco").update(
+        issuer="", jwks_uri="", userinfo_endpoint=up.url + "/userinfo", scopes="read:user")
+    return spa
 
 
 def _follow(browser: Browser, location: str) -> Any:
@@ -147,6 +182,16 @@ def _nothing_created(browser: Browser) -> None:
 def _callback(browser: Browser, upstream_location: str) -> Any:
     back = _follow(browser, upstream_location)
     return browser.request(back.removeprefix(browser.base))
+
+
+def _refused(web: LiveServer, client_id: str, message: str) -> Any:
+    """A whole login that ends on the 400 error page with ``message``, nothing created."""
+    browser = Browser(web)
+    answer = _callback(browser, _to_upstream(browser, client_id)[0])
+    assert answer.status == 400 and message in answer.body, answer.body
+    assert "Location" not in answer.headers
+    _nothing_created(browser)
+    return answer
 
 
 def test_providers_lists_local_and_upstream(web: LiveServer, spa: str) -> None:
@@ -219,10 +264,7 @@ def test_bad_id_token_is_refused(web: LiveServer, spa: str, up: Upstream,
 
 def test_forged_id_token_is_refused(web: LiveServer, spa: str, up: Upstream) -> None:
     up.forge = True
-    browser = Browser(web)
-    answer = _callback(browser, _to_upstream(browser, spa)[0])
-    assert answer.status == 400 and "id_token is not valid" in answer.body
-    _nothing_created(browser)
+    _refused(web, spa, "id_token is not valid")
 
 
 def test_token_endpoint_down_is_refused(web: LiveServer, spa: str, up: Upstream) -> None:
@@ -258,3 +300,87 @@ def test_env_providers(settings, up: Upstream) -> None:
     found = upstream.providers()
     assert [p.name for p in found] == ["kc"] and found[0].scopes == "openid email"
     assert not found[0].merge_by_email
+
+
+# --- plain OAuth2 (userinfo endpoint) ---------------------------------------------------------
+
+
+def test_plain_oauth2_whole_flow(web: LiveServer, plain: str, up: Upstream) -> None:
+    browser = Browser(web)
+    location, verifier = _to_upstream(browser, plain)
+    assert query_of(location)["scope"] == "read:user"
+    callback = _callback(browser, location)
+    assert callback.status == 302, callback.body
+    final = browser.request(callback.location)
+    assert final.status == 302 and final.location.startswith(REDIRECT + "?")
+    assert up.token_forms[-1]["code_verifier"] and up.token_forms[-1]["client_secret"] == SECRET
+    assert up.userinfo_auth == ["Bearer " + next(iter(up.access_tokens))]
+    tokens = browser.request("/oauth2/token", form={
+        "grant_type": "authorization_code", "code": query_of(final.location)["code"],
+        "client_id": plain, "redirect_uri": REDIRECT, "code_verifier": verifier,
+    })
+    assert tokens.status == 200, tokens.body
+    access = jwt.decode(tokens.json()["access_token"], options={"verify_signature": False})
+    identity = ExternalIdentity.objects.get()  # GitHub's numeric id, namespaced by the name
+    assert (identity.issuer, identity.subject) == ("oauth2-provider:upco", "4242")
+    assert access["sub"] == str(identity.user_id)
+    assert identity.user.email == "uma@upstream.example"
+    assert identity.user.first_name == "Uma Upstream"
+
+
+def test_plain_oauth2_merges_only_a_verified_email(web: LiveServer, plain: str,
+                                                   up: Upstream) -> None:
+    existing = get_user_model().objects.create_user("uma@upstream.example", "pw-unused-1")
+    OAuthProvider.objects.filter(name="upco").update(merge_by_email=True)
+    browser = Browser(web)
+    assert _callback(browser, _to_upstream(browser, plain)[0]).status == 302
+    identity = ExternalIdentity.objects.get()
+    assert identity.user_id != existing.pk  # no email_verified: a new user
+    ExternalIdentity.objects.all().delete()
+    up.userinfo = {**up.userinfo, "id": 4343, "email_verified": True}
+    browser = Browser(web)
+    assert _callback(browser, _to_upstream(browser, plain)[0]).status == 302
+    assert ExternalIdentity.objects.get(subject="4343").user_id == existing.pk
+
+
+def test_plain_oauth2_userinfo_down_is_refused(web: LiveServer, plain: str,
+                                               up: Upstream) -> None:
+    up.userinfo_down = True
+    for message in ("refused", "could not be fetched", "not a JSON object"):
+        _refused(web, plain, message)
+        if message == "refused":  # then nothing listens
+            OAuthProvider.objects.filter(name="upco").update(
+                userinfo_endpoint=f"http://127.0.0.1:{free_port()}/userinfo")
+        else:  # then it answers, but not JSON
+            OAuthProvider.objects.filter(name="upco").update(
+                userinfo_endpoint=up.url + "/userinfo")
+            up.userinfo_down, up.userinfo_body = False, b"<html>hello</html>"
+
+
+@pytest.mark.parametrize("userinfo", [
+    {"login": "uma", "email": "uma@upstream.example"}, {"id": None}, {"id": True},
+    {"id": ""}, {"sub": ["x"]},
+])
+def test_plain_oauth2_missing_subject_is_refused(web: LiveServer, plain: str, up: Upstream,
+                                                 userinfo: dict[str, Any]) -> None:
+    up.userinfo = userinfo
+    _refused(web, plain, "userinfo names no usable subject")
+
+
+def test_plain_oauth2_wrong_bearer_is_refused(web: LiveServer, plain: str, up: Upstream) -> None:
+    up.wrong_bearer = True
+    _refused(web, plain, "userinfo endpoint refused")
+    assert len(up.userinfo_auth) == 1 and up.userinfo_auth[0].startswith("Bearer gho_")
+
+
+def test_env_plain_provider(settings, up: Upstream) -> None:
+    from apps.accounts import upstream
+
+    entry = {"name": "github", "label": "GitHub", "client_id": CLIENT_ID,
+             "authorization_endpoint": "https://github.com/login/oauth/authorize",
+             "token_endpoint": "https://github.com/login/oauth/access_token",
+             "userinfo_endpoint": "https://api.github.com/user", "scopes": "read:user"}
+    settings.RTC_OAUTH_PROVIDERS = [entry, {**entry, "name": "half", "userinfo_endpoint": ""}]
+    found = upstream.providers()
+    assert [p.name for p in found] == ["github"] and not found[0].oidc
+    assert found[0].identity_issuer == "oauth2-provider:github"
