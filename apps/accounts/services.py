@@ -1,5 +1,6 @@
 """Account services: the development admin login, revocation and deactivation, and the
-refresh-token families (login, rotation with reuse detection, logout, RFC 7009 revocation)."""
+refresh-token families (login, rotation with reuse detection, logout, RFC 7009 revocation) and
+the purge of what has expired."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import os
 import secrets
 import uuid
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -305,3 +306,46 @@ def token_revoke(*, token: object, token_type_hint: str = "") -> None:
     token_family_revoke(
         family_id=claims[FAMILY_CLAIM], reason="revoked", user_id=int(claims["sub"])
     )
+
+
+# --- purge ------------------------------------------------------------------------------------
+
+PURGE_GRACE = timedelta(days=1)
+PURGE_BATCH = 1000
+
+
+def _delete_batches(queryset: Any, *, batch: int) -> int:
+    """Delete the rows of ``queryset`` ``batch`` primary keys at a time (short transactions,
+    short locks); returns how many went."""
+    total = 0
+    while True:
+        pks = list(queryset.values_list("pk", flat=True)[:batch])
+        if not pks:
+            return total
+        queryset.model.objects.filter(pk__in=pks).delete()
+        total += len(pks)
+
+
+def tokens_purge(*, batch: int = PURGE_BATCH) -> dict[str, int]:
+    """Delete what can no longer be used, in batches: refresh-token records and authorization
+    codes expired more than a day ago, then families revoked more than a day ago (with their
+    records) and families over a day old with no record left. A token of a deleted family is
+    refused like one of a revoked family (``user_token_valid`` needs the family to exist), and a
+    day is far past any access token's lifetime. Run by the worker's sweep every 10 minutes."""
+    from django.db.models import Exists, OuterRef, Q
+
+    from .models import AuthorizationCode, RefreshTokenRecord, TokenFamily
+
+    cutoff = timezone.now() - PURGE_GRACE
+    done = {
+        "refresh_tokens": _delete_batches(
+            RefreshTokenRecord.objects.filter(expires_at__lt=cutoff), batch=batch),
+        "authorization_codes": _delete_batches(
+            AuthorizationCode.objects.filter(expires_at__lt=cutoff), batch=batch),
+    }
+    records = RefreshTokenRecord.objects.filter(family=OuterRef("pk"))
+    dead = TokenFamily.objects.filter(
+        Q(revoked_at__lt=cutoff) | Q(created_at__lt=cutoff) & ~Exists(records)
+    )
+    done["families"] = _delete_batches(dead, batch=batch)
+    return done

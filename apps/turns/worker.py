@@ -26,6 +26,7 @@ from django.db import (
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
+from apps.accounts.services import tokens_purge
 from apps.gateway import stream
 from apps.gateway.events import item, publish_update
 from apps.ops import processes
@@ -254,6 +255,7 @@ class Worker:
             self._pruned_at = time.monotonic()
             retention = float(rtc_setting("TOPIC_RETENTION_HOURS")) * 3600
             steps.append(("prune topics", lambda: stream.prune(older_than=retention)))
+            steps.append(("purge expired tokens", tokens_purge))
         for name, step in steps:
             try:
                 step()
