@@ -16,8 +16,11 @@ Guarantees:
   staff; the issued token records it as ``act: {"sub", "iss"}`` (RFC 8693 §4.1).
 - Lifetimes are capped by ``RTC_EXCHANGE_MAX_MINUTES``, the access lifetime and the issuer's cap.
 - A refused exchange writes nothing: every write happens after all checks, in one transaction.
-- No refresh token is issued: the site's backend exchanges again (the refresh-token family work
-  of issue 9 item 4 owns refresh tokens).
+- A confidential client also gets a ``refresh_token`` (RFC 8693 §2.2.1, "where allowed"): a new
+  token family bound to the same user and device, which the site's backend rotates at
+  ``/api/auth/token/refresh/``; the issued access token carries the family's ``fid``, so revoking
+  either ends both. Public clients never get one, nor do delegated (``act``) or admin-subject
+  exchanges: a refresh would outlive the actor's or the admin token's short grant.
 """
 
 from __future__ import annotations
@@ -48,7 +51,9 @@ from .oauth import (
     grant,
 )
 from .selectors import user_token_valid
+from .services import token_family_start
 from .tokens import (
+    FAMILY_CLAIM,
     TokenExpired,
     TokenInvalid,
     decode_access_token,
@@ -297,26 +302,35 @@ def token_exchange(request: TokenRequest) -> dict[str, Any]:
         if not staff:
             raise InvalidGrant("admin tokens are for staff only")
     lifetime = _lifetime(subject)
+    refresh = None
     with transaction.atomic():
         user = _resolve_user(subject)
         if not user.is_active:
             raise InvalidGrant("the user is inactive")
         if subject.device_id:
             Device.objects.update_or_create(user=user, device_id=subject.device_id)
+        if not request.client.public and act is None and not subject.admin:
+            refresh = token_family_start(user=user, device_id=subject.device_id)["refresh"]
     access = issue_access_token(user, lifetime=lifetime, device_id=subject.device_id)
     if act is not None:
-        access = _with_act(access, act)
-    return {
+        access = _with_claims(access, {"act": act})
+    if refresh is not None:
+        fid = jwt.decode(refresh, options={"verify_signature": False})[FAMILY_CLAIM]
+        access = _with_claims(access, {FAMILY_CLAIM: fid})
+    result = {
         "access_token": access,
         "issued_token_type": TT_ACCESS,
         "token_type": "Bearer",
         "expires_in": int(lifetime.total_seconds()),
     }
+    if refresh is not None:
+        result["refresh_token"] = refresh
+    return result
 
 
-def _with_act(access: str, act: dict[str, str]) -> str:
-    """Re-sign an access token we just issued with the ``act`` claim added."""
+def _with_claims(access: str, extra: dict[str, Any]) -> str:
+    """Re-sign an access token we just issued with ``extra`` claims added."""
     key = get_keyring().signing
     claims = jwt.decode(access, options={"verify_signature": False})
-    claims["act"] = act
+    claims.update(extra)
     return jwt.encode(claims, key.private_key, algorithm=key.algorithm, headers={"kid": key.kid})

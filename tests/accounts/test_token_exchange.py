@@ -22,7 +22,13 @@ from django.test import Client
 
 from apps.accounts.clients import oauth_client_create
 from apps.accounts.exchange import admin_token_issue
-from apps.accounts.models import Device, ExternalIdentity, OAuthClient, TrustedIssuer
+from apps.accounts.models import (
+    Device,
+    ExternalIdentity,
+    OAuthClient,
+    TokenFamily,
+    TrustedIssuer,
+)
 from apps.accounts.tokens import decode_access_token, issue_access_token
 from tests.accounts.issuer import TestIssuer
 
@@ -100,7 +106,8 @@ def test_exchange_creates_the_user_identity_and_device(client: Client, issuer: T
     res = exchange(client, site_client, issuer.token())
     assert res.status_code == 200, res.content
     body = res.json()
-    assert set(body) == {"access_token", "issued_token_type", "token_type", "expires_in"}
+    assert set(body) == {"access_token", "issued_token_type", "token_type", "expires_in",
+                         "refresh_token"}  # a confidential client
     assert body["issued_token_type"] == ACCESS_TYPE
     assert body["token_type"] == "Bearer"
     assert body["expires_in"] == 900
@@ -443,6 +450,60 @@ def test_our_own_access_token_exchanges_for_a_capped_one(client: Client, make_us
     claims = decode_access_token(res.json()["access_token"])
     assert claims["exp"] - claims["iat"] == 120
     assert claims["device_id"] == "d9"
+
+
+# --- refresh tokens from an exchange (RFC 8693 §2.2.1, "where allowed") ----------------------
+
+
+def test_a_confidential_client_gets_a_refresh_token_of_a_new_family(
+        client: Client, issuer: TestIssuer, site_client: tuple[str, str]) -> None:
+    res = exchange(client, site_client, issuer.token())
+    assert res.status_code == 200, res.content
+    body = res.json()
+    access = decode_access_token(body["access_token"])
+    refresh = jwt.decode(body["refresh_token"], options={"verify_signature": False})
+    family = TokenFamily.objects.get()
+    assert (str(family.user_id), family.device_id) == (access["sub"], "dev-1")
+    assert refresh["fid"] == access["fid"] == str(family.pk)
+    assert (refresh["sub"], refresh["device_id"]) == (access["sub"], "dev-1")
+    bearer = {"HTTP_AUTHORIZATION": "Bearer " + body["access_token"]}
+    assert client.get("/api/auth/me/", **bearer).status_code == 200
+    # The site's backend refreshes instead of exchanging again: rotation in the same family.
+    rotated = client.post("/api/auth/token/refresh/", {"refresh": body["refresh_token"]},
+                          content_type="application/json")
+    assert rotated.status_code == 200, rotated.content
+    again = decode_access_token(rotated.json()["access"])
+    assert (again["sub"], again["device_id"], again["fid"]) == (
+        access["sub"], "dev-1", str(family.pk))
+    # Revoking the refresh token ends the exchanged access token too.
+    assert client.post("/oauth2/revoke", data=_urlencode({"token": rotated.json()["refresh"]}),
+                       content_type="application/x-www-form-urlencoded").status_code == 200
+    assert client.get("/api/auth/me/", **bearer).status_code == 401
+
+
+def test_public_clients_and_delegation_get_no_refresh_token(
+        client: Client, issuer: TestIssuer, make_user: Any,
+        site_client: tuple[str, str]) -> None:
+    user = make_user()
+    row, _ = oauth_client_create(name="spa", public=True,
+                                 grants=[OAuthClient.Grant.TOKEN_EXCHANGE])
+    res = client.post("/oauth2/token", data=_urlencode({
+        "grant_type": EXCHANGE, "client_id": row.client_id, "subject_token_type": JWT_TYPE,
+        "subject_token": issue_access_token(user, device_id="d1")}),
+        content_type="application/x-www-form-urlencoded")
+    assert res.status_code == 200, res.content
+    assert "refresh_token" not in res.json()
+    assert "fid" not in decode_access_token(res.json()["access_token"])
+    staff = make_user(is_staff=True)
+    admin = client.post("/oauth2/token", data=_urlencode({
+        "grant_type": EXCHANGE, "client_id": "rtcagent-admin", "subject_token_type": JWT_TYPE,
+        "subject_token": admin_token_issue(user=staff)}),
+        content_type="application/x-www-form-urlencoded")
+    assert admin.status_code == 200 and "refresh_token" not in admin.json()
+    delegated = exchange(client, site_client, issuer.token(),
+                         actor_token=admin_token_issue(user=staff), actor_token_type=JWT_TYPE)
+    assert delegated.status_code == 200 and "refresh_token" not in delegated.json()
+    assert not TokenFamily.objects.exists()
 
 
 # --- clients from the command line ----------------------------------------------------------
