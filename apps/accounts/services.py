@@ -199,7 +199,7 @@ def token_family_revoke(*, family_id: Any, reason: str, user_id: int | None = No
         fid = uuid.UUID(str(family_id))
     except ValueError:
         return False
-    from apps.gateway.events import disconnect_family
+    from apps.gateway.events import disconnect_user
 
     families = TokenFamily.objects.filter(pk=fid, revoked_at__isnull=True)
     if user_id is not None:
@@ -208,8 +208,9 @@ def token_family_revoke(*, family_id: Any, reason: str, user_id: int | None = No
     if owner is None or not families.update(revoked_at=timezone.now(), revoked_reason=reason[:32]):
         return False
     # The socket of this login closes at once (the per-tick re-check is the fallback).
-    transaction.on_commit(lambda: disconnect_family(owner, str(fid), reason="tokens revoked"),
-                          robust=True)
+    transaction.on_commit(
+        lambda: disconnect_user(owner, reason="tokens revoked", family_id=str(fid)), robust=True
+    )
     return True
 
 

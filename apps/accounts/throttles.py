@@ -20,6 +20,7 @@ from rest_framework.settings import api_settings
 from rest_framework.throttling import SimpleRateThrottle
 
 from .clients import _basic_credentials
+from .oauth import InvalidClient
 
 SCOPE = "oauth"
 _FORM = "application/x-www-form-urlencoded"
@@ -28,7 +29,10 @@ _FORM = "application/x-www-form-urlencoded"
 def _named_client(request: Request) -> str:
     authorization = request.headers.get("Authorization", "")
     if authorization:
-        basic = _basic_credentials(authorization)
+        try:
+            basic = _basic_credentials(authorization)
+        except InvalidClient:  # a malformed header: the view answers it (401 invalid_client)
+            basic = None
         if basic and basic[0]:
             return basic[0]
     if request.content_type.split(";")[0].strip().lower() != _FORM:

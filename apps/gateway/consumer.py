@@ -87,6 +87,7 @@ class GatewayConsumer(AsyncWebsocketConsumer):
         self.ping_marks: collections.deque[int] = collections.deque()  # sent_bytes at each ping
         self.acked_bytes = 0  # sent_bytes at the last ping the client answered
         self.probe: asyncio.Task[None] | None = None
+        self.slow_limit = int(rtc_setting("SLOW_CLIENT_BYTES"))  # read once: checked per frame
         self.topic_epoch = ""
         self.topic_last = 0
         self.topic_buffer: dict[int, Any] = {}
@@ -113,7 +114,7 @@ class GatewayConsumer(AsyncWebsocketConsumer):
             await self._check_backlog()
 
     async def _check_backlog(self) -> None:
-        limit = int(rtc_setting("SLOW_CLIENT_BYTES"))
+        limit = self.slow_limit
         unread = self.sent_bytes - self.acked_bytes
         if unread <= limit or self.identity is None:
             return
@@ -162,6 +163,9 @@ class GatewayConsumer(AsyncWebsocketConsumer):
         for task in [*self.timers, *self.rpc_tasks, self.hole_task, self.probe]:
             if task is not None and task is not current:
                 task.cancel()
+        await self._leave_groups()
+
+    async def _leave_groups(self) -> None:
         for group in self.groups_joined:
             with contextlib.suppress(Exception):
                 await self.channel_layer.group_discard(group, self.channel_name)
@@ -234,10 +238,7 @@ class GatewayConsumer(AsyncWebsocketConsumer):
             await self._do_connect(cmd)
         except Exception:  # Redis or the database away: a temporary error, the client retries
             log.exception("connect failed")
-            for group in self.groups_joined:
-                with contextlib.suppress(Exception):
-                    await self.channel_layer.group_discard(group, self.channel_name)
-            self.groups_joined = []
+            await self._leave_groups()
             self.identity = None
             await self.send_objs(
                 P.error(cmd.id, P.ERR_INTERNAL, "internal server error", temporary=True)

@@ -52,35 +52,23 @@ def publish_live(user_id: int, data: dict[str, Any]) -> None:
         log.exception("live publication failed for user %s", user_id)
 
 
-def disconnect_user(user_id: int, *, reason: str, code: int | None = None) -> None:
-    """Close every open socket of the user (deactivated, deleted, tokens revoked).
+def disconnect_user(
+    user_id: int, *, reason: str, code: int | None = None, family_id: str | None = None
+) -> None:
+    """Close every open socket of the user (deactivated, deleted, tokens revoked), or with
+    ``family_id`` only those opened with tokens of that login (refresh-token family): the
+    user's other logins (another browser) keep theirs.
 
     The channel layer delivers at most once, so this is the fast path only: each connection
-    also re-checks its user on every ping tick (``GatewayConsumer._recheck_identity``).
+    also re-checks its token on every ping tick (``GatewayConsumer._recheck_identity``).
     """
     from .protocol import DISCONNECT_INVALID_TOKEN
 
+    message: dict[str, Any] = {"type": "user.disconnect",
+                               "code": code or DISCONNECT_INVALID_TOKEN, "reason": reason}
+    if family_id:
+        message["fid"] = family_id
     try:
-        layer.group_send(
-            keys.user_group(user_id),
-            {"type": "user.disconnect", "code": code or DISCONNECT_INVALID_TOKEN,
-             "reason": reason},
-        )
+        layer.group_send(keys.user_group(user_id), message)
     except Exception:
         log.exception("could not ring the disconnect of user %s", user_id)
-
-
-def disconnect_family(user_id: int, family_id: str, *, reason: str) -> None:
-    """Close the user's sockets opened with tokens of one login (refresh-token family) only;
-    the user's other logins (another browser) keep theirs. Best effort, like
-    ``disconnect_user``: the per-tick re-check closes them if this bell is lost."""
-    from .protocol import DISCONNECT_INVALID_TOKEN
-
-    try:
-        layer.group_send(
-            keys.user_group(user_id),
-            {"type": "user.disconnect", "code": DISCONNECT_INVALID_TOKEN, "reason": reason,
-             "fid": family_id},
-        )
-    except Exception:
-        log.exception("could not ring the disconnect of a login of user %s", user_id)

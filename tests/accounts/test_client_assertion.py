@@ -208,16 +208,20 @@ def test_secret_client_cannot_use_assertion(client: Client, issuer: TestIssuer,
 def test_revoke_with_assertion(client: Client, issuer: TestIssuer, keys: TestIssuer,
                                client_id: str) -> None:
     response = exchange(client, issuer, by_assertion(assertion(keys, client_id)))
-    refresh = response.json().get("refresh_token") or response.json()["access_token"]
+    refresh = response.json()["refresh_token"]  # a confidential client's exchange has one
+    access = response.json()["access_token"]
     bad = client.post("/oauth2/revoke", data=urlencode(
         {"token": refresh, **by_assertion(assertion(keys, client_id, aud="nope"))}),
         content_type="application/x-www-form-urlencoded")
     assert bad.status_code == 401
     assert bad.json()["error"] == "invalid_client"
+    assert client.get("/api/auth/me/", HTTP_AUTHORIZATION=f"Bearer {access}").status_code == 200
     good = client.post("/oauth2/revoke", data=urlencode(
         {"token": refresh, **by_assertion(assertion(keys, client_id))}),
         content_type="application/x-www-form-urlencoded")
     assert good.status_code == 200, good.content
+    me = client.get("/api/auth/me/", HTTP_AUTHORIZATION=f"Bearer {access}")
+    assert me.status_code == 401  # the login was really revoked (200 alone proves nothing)
 
 
 def test_command_creates_key_client(keys: TestIssuer) -> None:

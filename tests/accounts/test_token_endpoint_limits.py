@@ -125,3 +125,11 @@ def test_purge_removes_expired_keeps_live(make_user: Any) -> None:
         live.pk, revoked_new.pk, fresh.pk}
     assert get_user_model().objects.filter(pk=user.pk).exists()
     assert tokens_purge() == {"refresh_tokens": 0, "authorization_codes": 0, "families": 0}
+
+
+def test_a_malformed_basic_header_is_invalid_client_not_a_crash(client) -> None:
+    for header in ("Basic !!!not-base64", "Basic " + "bm9jb2xvbg=="):  # the second: no colon
+        res = client.post("/oauth2/token", "grant_type=x", content_type=FORM,
+                          HTTP_AUTHORIZATION=header)
+        assert res.status_code in (400, 401), res.content
+        assert res.json()["error"] in ("invalid_client", "invalid_request")
