@@ -146,6 +146,7 @@ class DjangoTurnPorts:
         self.tid = str(turn.id)
         self.user_id = turn.user_id
         self._streams: dict[tuple[int, str], Message] = {}
+        self._call_msgs: dict[tuple[int, str], Message | None] = {}
         self._texts: dict[tuple[int, str], list[str]] = {}
         self._seq = 0
         self._cancel_checked = 0.0
@@ -310,20 +311,29 @@ class DjangoTurnPorts:
     def record_call(self, step: int, call: dict[str, Any]) -> None:
         """The ``toolcall_input`` message: api.yaml's ``ToolCall`` as the model issued it."""
         data = ToolCallInput.make(id=call["id"], tool_name=call["name"], input=call["arguments"])
-        self._message(
+        self._call_msgs[(step, call["id"])] = self._message(
             f"{step}:call:{_call_key(call['id'])}",
             MessageRole.ASSISTANT,
             {"type": ContentType.TOOLCALL_INPUT, "data": data},
         )
+
+    def _call_message(self, step: int, call: dict[str, Any]) -> Message | None:
+        """The call's ``toolcall_input`` message: kept from ``record_call``, or read back when
+        this process resumed the turn after another recorded the call."""
+        key = (step, call["id"])
+        if key not in self._call_msgs:
+            self._call_msgs[key] = Message.objects.filter(
+                user_id=self.user_id,
+                client_id=f"turn:{self.tid}:{step}:call:{_call_key(call['id'])}",
+            ).first()
+        return self._call_msgs[key]
 
     def record_result(self, step: int, call: dict[str, Any], output: str, status: str) -> None:
         """The ``toolcall_output`` message: the same ``ToolCall`` with ``output`` (what the model
         sees) and ``status``; its parent is the ``toolcall_input`` message, and the call's RTC
         (if it had one) gets it as ``output_message_id``."""
         ck = _call_key(call["id"])
-        call_msg = Message.objects.filter(
-            user_id=self.user_id, client_id=f"turn:{self.tid}:{step}:call:{ck}"
-        ).first()
+        call_msg = self._call_message(step, call)
         data = ToolCallOutput.make(
             id=call["id"], tool_name=call["name"], input=call["arguments"],
             output=output, status=status,
@@ -340,8 +350,7 @@ class DjangoTurnPorts:
         with transaction.atomic():
             # One RTC per call message (this step's call): ids like "call_0" recur across the
             # answers of one turn, so the id alone would find an earlier call's RTC.
-            key = f"turn:{self.tid}:{step}:call:{_call_key(call['id'])}"
-            input_msg = Message.objects.filter(user_id=self.user_id, client_id=key).first()
+            input_msg = self._call_message(step, call)
             rtc = Rtc.objects.filter(turn_id=self.turn.id, message=input_msg,
                                      tool_call_id=call["id"]).first()
             if rtc is not None:
