@@ -311,12 +311,11 @@ def token_exchange(request: TokenRequest) -> dict[str, Any]:
             Device.objects.update_or_create(user=user, device_id=subject.device_id)
         if not request.client.public and act is None and not subject.admin:
             refresh = token_family_start(user=user, device_id=subject.device_id)["refresh"]
-    access = issue_access_token(user, lifetime=lifetime, device_id=subject.device_id)
-    if act is not None:
-        access = _with_claims(access, {"act": act})
-    if refresh is not None:
-        fid = jwt.decode(refresh, options={"verify_signature": False})[FAMILY_CLAIM]
-        access = _with_claims(access, {FAMILY_CLAIM: fid})
+    extra: dict[str, Any] = {"act": act} if act is not None else {}
+    if refresh is not None:  # the exchanged token belongs to the new login (family)
+        extra[FAMILY_CLAIM] = jwt.decode(refresh, options={"verify_signature": False})[FAMILY_CLAIM]
+    access = issue_access_token(user, lifetime=lifetime, device_id=subject.device_id,
+                                claims=extra)
     result = {
         "access_token": access,
         "issued_token_type": TT_ACCESS,
@@ -327,10 +326,3 @@ def token_exchange(request: TokenRequest) -> dict[str, Any]:
         result["refresh_token"] = refresh
     return result
 
-
-def _with_claims(access: str, extra: dict[str, Any]) -> str:
-    """Re-sign an access token we just issued with ``extra`` claims added."""
-    key = get_keyring().signing
-    claims = jwt.decode(access, options={"verify_signature": False})
-    claims.update(extra)
-    return jwt.encode(claims, key.private_key, algorithm=key.algorithm, headers={"kid": key.kid})

@@ -192,15 +192,19 @@ class RefreshToken(_KeyringTokenMixin, BaseRefreshToken):
 
 
 def issue_access_token(
-    user: AbstractBaseUser, *, lifetime: timedelta | None = None, device_id: str = ""
+    user: AbstractBaseUser, *, lifetime: timedelta | None = None, device_id: str = "",
+    claims: dict[str, Any] | None = None,
 ) -> str:
     """A signed access token for ``user``; ``lifetime`` overrides the configured one (may be
-    negative, for an already expired token) and ``device_id`` is added as a claim when given."""
+    negative, for an already expired token), ``device_id`` is added as a claim when given, and
+    ``claims`` (``act``, ``fid``, ...) are added before the one signature."""
     token = AccessToken.for_user(user)
     if lifetime is not None:
         token.set_exp(lifetime=lifetime)
     if device_id:
         token["device_id"] = device_id
+    for name, value in (claims or {}).items():
+        token[name] = value
     return str(token)
 
 
