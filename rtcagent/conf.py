@@ -36,6 +36,20 @@ DEFAULTS: dict[str, Any] = {
     "MAX_QUEUED_TURNS_PER_USER": 20,  # messages waiting for their turn to start
     "MAX_TURNS_PER_HOUR": 600,  # turns started in the last hour, queued ones included
     "SHOW_RAW_ERRORS": False,  # debug.show_raw_errors: send raw_error in error messages
+    # Object store and /s3/ (apps.storage)
+    "S3_CREDENTIAL_TTL": 12 * 3600,  # seconds a temporary credential lives
+    "S3_CLOCK_SKEW": 900,  # SigV4: a request's X-Amz-Date may differ from ours by this much
+    "S3_REQUESTS_PER_MINUTE": 300,  # per user, answered SlowDown beyond
+    "S3_USER_QUOTA_BYTES": 1024**3,  # stored bytes per user prefix
+    "S3_MAX_OBJECT_BYTES": 100 * 1024**2,  # one object (or one multipart object) at most
+    "PRESIGN_DEFAULT_EXPIRES": 3600,
+    "PRESIGN_MAX_EXPIRES": 604800,
+    # Attachments (apps.attachments)
+    "ATTACH_TEXT_MAX_BYTES": 256 * 1024,  # text files are cut here, on a character boundary
+    "ATTACH_IMAGE_MAX_SIDE": 2000,  # images are fitted within this square
+    "ATTACH_IMAGE_MAX_BASE64": 5 * 1024 * 1024,  # the JPEG quality ladder stops below this
+    "ATTACH_IMAGE_MAX_PIXELS": 50_000_000,  # larger images are refused as decompression bombs
+    "ATTACH_MAX_FILES": 10,  # per message
 }
 
 
@@ -56,4 +70,6 @@ def wire_limits() -> dict[str, int]:
         "max_frame_bytes": frame,
         "max_result_bytes": max(0, min(int(rtc_setting("MAX_RESULT_BYTES")), frame - 4096)),
         "max_json_depth": int(rtc_setting("MAX_JSON_DEPTH")),
+        "max_attachment_bytes": int(rtc_setting("S3_MAX_OBJECT_BYTES")),
+        "max_attachments": int(rtc_setting("ATTACH_MAX_FILES")),
     }

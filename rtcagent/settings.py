@@ -90,6 +90,7 @@ INSTALLED_APPS = [
     "apps.turns",
     "apps.rtc",
     "apps.memory",
+    "apps.storage",
     "apps.attachments",
     "apps.gateway",
     "apps.ops",
@@ -315,6 +316,23 @@ else:
         "BACKEND": "django.core.files.storage.FileSystemStorage",
         "OPTIONS": {"location": str(VAR_DIR / "objects")},
     }
+# The project's own object store (apps.storage): the /s3/ endpoint, credentials, presigned URLs and
+# attachments all go through it. The same bucket as Django's default storage above; switching from
+# the local folder to S3 (MinIO, AWS S3, Aliyun OSS) is only these variables.
+RTC_OBJECT_STORE = {
+    "BACKEND": "s3" if AWS_STORAGE_BUCKET_NAME else "local",
+    "BUCKET": AWS_STORAGE_BUCKET_NAME,
+    "ENDPOINT_URL": env.str("AWS_S3_ENDPOINT_URL", default=None),
+    "REGION": env.str("AWS_S3_REGION_NAME", default="us-east-1"),
+    "ACCESS_KEY_ID": env.str("AWS_ACCESS_KEY_ID", default=None),
+    "SECRET_ACCESS_KEY": env.str("AWS_SECRET_ACCESS_KEY", default=None),
+    "ADDRESSING_STYLE": env.str("AWS_S3_ADDRESSING_STYLE", default="auto"),
+    "ROOT": str(VAR_DIR / "objects"),
+}
+# What clients see: the bucket name in /s3/<bucket>/..., and the server's public base URL (for the
+# endpoint_url of credentials and for presigned URLs; derived from the request when empty).
+RTC_S3_BUCKET = env.str("RTC_S3_BUCKET", default="rtc-agent")
+RTC_PUBLIC_URL = env.str("RTC_PUBLIC_URL", default="").rstrip("/")
 STORAGES = {
     "default": _default_storage,
     "staticfiles": {
@@ -411,6 +429,10 @@ RTCAGENT = {
     "MAX_QUEUED_TURNS_PER_USER": env.int("RTC_MAX_QUEUED_TURNS_PER_USER", default=20),
     "MAX_TURNS_PER_HOUR": env.int("RTC_MAX_TURNS_PER_HOUR", default=600),
     "SHOW_RAW_ERRORS": env.bool("RTC_SHOW_RAW_ERRORS", default=False),
+    "S3_CREDENTIAL_TTL": env.int("RTC_S3_CREDENTIAL_TTL", default=12 * 3600),
+    "S3_REQUESTS_PER_MINUTE": env.int("RTC_S3_REQUESTS_PER_MINUTE", default=300),
+    "S3_USER_QUOTA_BYTES": env.int("RTC_S3_USER_QUOTA_BYTES", default=1024**3),
+    "S3_MAX_OBJECT_BYTES": env.int("RTC_S3_MAX_OBJECT_BYTES", default=100 * 1024**2),
 }
 
 # --- Model (any OpenAI-compatible endpoint; see apps/turns/llm.py) ------------------------

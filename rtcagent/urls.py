@@ -17,6 +17,8 @@ urlpatterns = [
     path("", include("apps.accounts.urls")),
     path("", include("apps.gateway.urls")),
     path("", include("apps.rtc.urls")),
+    path("", include("apps.storage.urls")),  # /api/credentials/temporary, /api/presigned-url, /s3/
+    path("", include("apps.attachments.urls")),
     path("api/schema/", SpectacularAPIView.as_view(permission_classes=[]), name="schema"),
 ]
 

@@ -47,7 +47,8 @@ async def test_connects_with_server_side_channels_and_positions(gateway, make_us
         assert connected.client
         assert connected.data == {"user_id": user.id, "limits": {
             "max_frame_bytes": 64 * 1024, "max_result_bytes": 60 * 1024,
-            "max_json_depth": 64}}
+            "max_json_depth": 64, "max_attachment_bytes": 100 * 1024 * 1024,
+            "max_attachments": 10}}
         topic = rec.subscribed(keys.topic_channel(user.id))[0]
         assert topic.recoverable and topic.positioned
         assert topic.stream_position.epoch and topic.stream_position.offset == 0

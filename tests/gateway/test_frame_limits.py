@@ -63,4 +63,5 @@ async def test_the_connect_reply_tells_the_limits(default_gateway, make_user) ->
         (reply,) = await _recv_lines(ws)
     assert reply["connect"]["data"]["limits"] == {
         "max_frame_bytes": 4 * MiB, "max_result_bytes": 2 * MiB, "max_json_depth": 64,
+        "max_attachment_bytes": 100 * MiB, "max_attachments": 10,
     }
