@@ -5,11 +5,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from django.core.files.storage import default_storage
 from django.db import connection
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.http import require_GET
 
+from apps.storage.store import get_store
 from rtcagent.redis import get_redis
 
 log = logging.getLogger(__name__)
@@ -24,7 +24,7 @@ def healthz(request: HttpRequest) -> JsonResponse:
 READINESS_PROBES: tuple[tuple[str, Callable[[], object]], ...] = (
     ("database", lambda: connection.cursor().execute("SELECT 1")),
     ("redis", lambda: get_redis().ping()),
-    ("objects", lambda: default_storage.exists("healthcheck")),
+    ("objects", lambda: get_store().health()),
 )
 
 

@@ -52,10 +52,28 @@ class InvalidRange(StoreError):
     status = 416
 
 
-class InvalidKey(StoreError):
-    """A key no backend may store (empty, too long, NUL, a path that leaves the root)."""
+class InvalidArgument(StoreError):
+    """An argument no backend accepts (a part number, a continuation token, metadata)."""
 
     code = "InvalidArgument"
+    status = 400
+
+
+class InvalidKey(InvalidArgument):
+    """A key no backend may store (empty, too long, NUL, a path that leaves the root)."""
+
+
+class EntityTooSmall(StoreError):
+    """A multipart part other than the last is under 5 MiB (S3's minimum)."""
+
+    code = "EntityTooSmall"
+    status = 400
+
+
+class IncompleteBody(StoreError):
+    """The body ended before the ``length`` the caller announced."""
+
+    code = "IncompleteBody"
     status = 400
 
 
@@ -71,6 +89,32 @@ class StoreUnavailable(StoreError):
 
     code = "ServiceUnavailable"
     status = 503
+
+
+MAX_KEY_BYTES = 1024
+
+
+def check_key(key: str) -> str:
+    """``key`` if every backend may store it, else ``InvalidKey``: not empty, at most 1024 UTF-8
+    bytes, no leading ``/``, no ``..`` segment, no backslash, no NUL or other control character.
+    The same rule on every backend, so switching backends never strands a key."""
+    if not isinstance(key, str) or not key:
+        raise InvalidKey("the key is empty")
+    try:
+        size = len(key.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise InvalidKey("the key is not valid Unicode") from None
+    if size > MAX_KEY_BYTES:
+        raise InvalidKey(f"the key is longer than {MAX_KEY_BYTES} bytes")
+    if key.startswith("/"):
+        raise InvalidKey("the key starts with /")
+    if "\\" in key:
+        raise InvalidKey("the key contains a backslash")
+    if any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in key):
+        raise InvalidKey("the key contains a control character")
+    if ".." in key.split("/"):
+        raise InvalidKey("the key contains a .. segment")
+    return key
 
 
 @dataclass(frozen=True)
