@@ -58,3 +58,13 @@ def process_report(kind: str, process_id: str) -> str:
 def process_index(kind: str) -> str:
     """Sorted set of the processes of a kind that reported (score: time of the last report)."""
     return f"{PREFIX}:ops:{kind}s"
+
+
+def s3_rate(user_id: int, window: int) -> str:
+    """Counter of a user's ``/s3/`` requests in one fixed window (``window``: epoch minutes)."""
+    return f"{PREFIX}:s3:{{{user_id}}}:rate:{window}"
+
+
+def s3_usage(user_id: int) -> str:
+    """A user's stored bytes under their prefix: a cache of the store's listing, with a TTL."""
+    return f"{PREFIX}:s3:{{{user_id}}}:usage"

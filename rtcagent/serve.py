@@ -39,6 +39,9 @@ def main(argv: list[str] | None = None) -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "rtcagent.settings")
     from daphne.cli import CommandLineInterface
 
+    from apps.storage.s3.accesslog import install
+
+    install()  # presigned URLs' signatures and tokens never reach the access log
     CommandLineInterface().run(daphne_args(sys.argv[1:] if argv is None else argv))
 
 
