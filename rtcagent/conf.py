@@ -50,6 +50,9 @@ DEFAULTS: dict[str, Any] = {
     "ATTACH_IMAGE_MAX_BASE64": 5 * 1024 * 1024,  # the JPEG quality ladder stops below this
     "ATTACH_IMAGE_MAX_PIXELS": 50_000_000,  # larger images are refused as decompression bombs
     "ATTACH_MAX_FILES": 10,  # per message
+    "ATTACH_POOL_WORKERS": 2,  # image processes (nice +10) per worker process
+    "ATTACH_JOB_TIMEOUT": 30.0,  # seconds one image may take; then it is skipped with a warning
+    "ATTACH_JOB_MEMORY_BYTES": 1536 * 1024**2,  # RLIMIT_AS of an image process
 }
 
 

@@ -295,6 +295,27 @@ RTC_ALLOWED_ORIGINS = env.list(
 CORS_ALLOW_ALL_ORIGINS = "*" in RTC_ALLOWED_ORIGINS
 CORS_ALLOWED_ORIGINS = [o for o in RTC_ALLOWED_ORIGINS if o != "*"]
 CSRF_TRUSTED_ORIGINS = CORS_ALLOWED_ORIGINS
+# /s3/ from those pages (docs/storage.md): a presigned PUT/GET with fetch or XHR, or an AWS SDK
+# with temporary credentials, which signs x-amz-* headers and reads ETag (multipart uploads need
+# it). "*" also admits x-amz-meta-* (requests are never credentialed: no cookies cross origins),
+# and a wildcard never covers Authorization, so it stays listed.
+CORS_ALLOW_METHODS = ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT")
+CORS_ALLOW_HEADERS = (
+    "accept", "authorization", "content-type", "user-agent", "x-csrftoken", "x-requested-with",
+    "cache-control", "content-disposition", "content-encoding", "content-md5", "range",
+    "if-match", "if-none-match", "if-modified-since", "if-unmodified-since",
+    "x-amz-date", "x-amz-content-sha256", "x-amz-security-token", "x-amz-user-agent",
+    "amz-sdk-invocation-id", "amz-sdk-request", "x-amz-trailer", "x-amz-decoded-content-length",
+    "x-amz-checksum-crc32", "x-amz-checksum-crc32c", "x-amz-checksum-crc64nvme",
+    "x-amz-checksum-sha1", "x-amz-checksum-sha256", "x-amz-checksum-algorithm",
+    "x-amz-checksum-mode", "x-amz-sdk-checksum-algorithm", "x-amz-copy-source",
+    "x-amz-metadata-directive", "x-amz-expected-bucket-owner", "*",
+)
+CORS_EXPOSE_HEADERS = (
+    "ETag", "Content-Length", "Content-Range", "Accept-Ranges", "Last-Modified",
+    "x-amz-request-id", "x-amz-id-2", "x-amz-checksum-crc32", "x-amz-checksum-crc32c",
+    "x-amz-checksum-sha1", "x-amz-checksum-sha256", "x-amz-bucket-region", "*",
+)
 
 # --- Object store ---------------------------------------------------------------------------
 AWS_STORAGE_BUCKET_NAME = env.str("AWS_STORAGE_BUCKET_NAME", default="")
@@ -433,6 +454,9 @@ RTCAGENT = {
     "S3_REQUESTS_PER_MINUTE": env.int("RTC_S3_REQUESTS_PER_MINUTE", default=300),
     "S3_USER_QUOTA_BYTES": env.int("RTC_S3_USER_QUOTA_BYTES", default=1024**3),
     "S3_MAX_OBJECT_BYTES": env.int("RTC_S3_MAX_OBJECT_BYTES", default=100 * 1024**2),
+    "ATTACH_MAX_FILES": env.int("RTC_ATTACH_MAX_FILES", default=10),
+    "ATTACH_POOL_WORKERS": env.int("RTC_ATTACH_POOL_WORKERS", default=2),
+    "ATTACH_JOB_TIMEOUT": env.float("RTC_ATTACH_JOB_TIMEOUT", default=30.0),
 }
 
 # --- Model (any OpenAI-compatible endpoint; see apps/turns/llm.py) ------------------------

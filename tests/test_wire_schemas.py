@@ -171,6 +171,7 @@ async def test_every_reply_and_update_matches_its_schema(gateway, pool, model, m
         turns = await call("v1.turn.list", {"session_id": sid})
         await call("v1.turn.get", {"turn_id": turns["items"][0]["id"]})
         await call("v1.rtc.list", {"session_id": sid})
+        await call("v1.file.list", {"session_id": sid})
         await call("v1.session.update", {"session_id": sid, "title": "Notes"})
         for method in ("v1.session.close", "v1.session.open"):
             assert (await call(method, {"session_id": sid}))["result"] == {"success": True}
@@ -247,8 +248,60 @@ async def test_the_checker_refuses_unknown_missing_and_mistyped_fields(make_user
         (RtcSerializer, broken(rtc, lambda r: r.update(parameters=[])), "object"),
         (wire.Update, broken(update, lambda u: u["data_list"].pop()), "equal length"),
         (wire.Update, broken(update, lambda u: u["data_list"][1].pop("role")), "missing field"),
-        (wire.Update, broken(update, lambda u: u["items"][0].update(entity="file")), "one of"),
+        (wire.Update, broken(update, lambda u: u["items"][0].update(entity="folder")), "one of"),
     ]
     for schema, value, problem in refused:
         with pytest.raises(wire.WireError, match=problem):
             wire.check(schema, value)
+
+
+async def test_file_updates_match_their_schema(gateway, pool, model, make_user) -> None:  # noqa: F811
+    """The ``file`` entity (apps.attachments): one ready image, one skipped file, each published
+    once as ``file`` created and checked strictly; then the checker's refusals for it."""
+    from apps.attachments.serializers import FileSerializer
+    from apps.storage.store import get_store
+    from tests.attachments import samples
+
+    model.add_rule({"last_role": "user"}, {"content": "ok"})
+    user = await sync_to_async(make_user)()
+    store = get_store()
+    image_key, pdf_key = f"user-{user.id}/a.png", f"user-{user.id}/b.pdf"
+    await asyncio.to_thread(store.put, image_key,
+                            samples.encode(samples.halves((64, 32)), "PNG"))
+    await asyncio.to_thread(store.put, pdf_key, samples.PDF)
+    async with Browser(gateway, user) as tab:
+        call = Wire(tab)
+        files = [{"fileid": image_key, "mimetype": "image/png", "extra": {"name": "a.png"}},
+                 {"fileid": pdf_key, "mimetype": "application/pdf", "extra": {"name": "b.pdf"}}]
+        sent = await call("v1.message.send", {
+            "content_data": {"type": "user_message", "data": {"text": "see", "files": files}},
+            "client_id": str(uuid.uuid4())})
+        await tab.turn_status(sent["result"]["session_id"], "completed")
+        ready, skipped = await tab.until(
+            lambda: len(tab.all("file")) == 2 and sorted(tab.all("file"), key=lambda f: f["name"]))
+        for n, pub in enumerate(tab.rec.publications[f"topic:u={user.id}"]):
+            wire.check_publication(pub.data, f"publication {n}")
+        file_items = [(it["entity"], it["action"]) for u in tab.updates for it in u["items"]
+                      if it["entity"] == "file"]
+        assert file_items == [("file", "created")] * 2
+    assert (ready["status"], ready["thumbnail_url"]) == (
+        "ready", f"/api/files/{ready['id']}/thumbnail")
+    assert (skipped["status"], skipped["thumbnail_url"], skipped["width"]) == ("skipped", "", 0)
+
+    def broken(change: Any) -> dict:
+        value = copy.deepcopy(ready)
+        change(value)
+        return value
+
+    for value, problem in [
+        (broken(lambda f: f.update(extra=1)), "unknown field"),
+        (broken(lambda f: f.pop("thumbnail_url")), "missing field thumbnail_url"),
+        (broken(lambda f: f.update(width="64")), "integer"),
+        (broken(lambda f: f.update(size=-1)), "integer >= 0"),
+        (broken(lambda f: f.update(kind="video")), "one of"),
+        (broken(lambda f: f.update(status="failed")), "one of"),
+        (broken(lambda f: f.update(message_id="")), "UUID"),
+        (broken(lambda f: f.update(created_at=None)), "null"),
+    ]:
+        with pytest.raises(wire.WireError, match=problem):
+            wire.check(FileSerializer, value)

@@ -1,5 +1,10 @@
 """HTTP routes of apps.attachments."""
 
-from django.urls import URLPattern
+from django.urls import path
 
-urlpatterns: list[URLPattern] = []
+from .views import FileThumbnailView
+
+urlpatterns = [
+    path("api/files/<uuid:file_id>/thumbnail", FileThumbnailView.as_view(),
+         name="file-thumbnail"),
+]

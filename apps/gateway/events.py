@@ -21,7 +21,7 @@ from . import stream
 
 log = logging.getLogger(__name__)
 
-ENTITIES = ("session", "turn", "message", "rtc")
+ENTITIES = ("session", "turn", "message", "rtc", "file")
 ACTIONS = ("created", "updated", "deleted")
 
 

@@ -230,7 +230,7 @@ def entity(name: str) -> Callable[[type[WireSerializer]], type[WireSerializer]]:
 
 
 class UpdateItem(WireSerializer):
-    entity = serializers.ChoiceField(choices=["session", "turn", "message", "rtc"])
+    entity = serializers.ChoiceField(choices=["session", "turn", "message", "rtc", "file"])
     action = serializers.ChoiceField(choices=["created", "updated", "deleted"])
     entity_id = Id()
 

@@ -20,6 +20,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from apps.attachments.validation import files_validate
 from apps.gateway.events import item, publish_update
 from apps.turns.models import Turn
 from rtcagent.conf import rtc_setting
@@ -92,6 +93,16 @@ def validate_content(content: Any, *, allowed: frozenset[str] | None = None) -> 
     if not ok:
         raise InvalidRequest(f"content_data.data: wrong shape for type {kind}")
     return {"type": kind, "data": data}
+
+
+def validate_files(*, user_id: Any, content: dict[str, Any]) -> None:
+    """The ``files`` of a ``user_message`` (the original's ``FileAttachment``s): at most
+    ``ATTACH_MAX_FILES``, each ``{fileid, mimetype, extra}`` with a safe key under the caller's
+    own prefix ``user-<uuid>/``; ``InvalidRequest`` naming the entry otherwise. The objects are
+    not read here: a missing one is skipped, with a warning, when the worker processes it."""
+    data = content["data"]
+    if content["type"] == ContentType.USER_MESSAGE and "files" in data:
+        files_validate(user_id=user_id, files=data["files"])
 
 
 def session_transition(
@@ -317,6 +328,7 @@ def session_fork(
         raise InvalidRequest("limit: must be a positive integer")
     limit = min(limit, FORK_LIMIT_MAX)
     content = validate_content(content, allowed=USER_CONTENT_TYPES)
+    validate_files(user_id=user_id, content=content)
     if new_client_message_id.startswith(RESERVED_CLIENT_ID_PREFIX):
         raise InvalidRequest("new_client_message_id: the 'turn:' prefix is reserved")
     with transaction.atomic():
@@ -424,6 +436,7 @@ def message_send(
     from apps.turns.queue import enqueue_message
 
     content = validate_content(content, allowed=USER_CONTENT_TYPES)
+    validate_files(user_id=user_id, content=content)
     if not client_id:
         raise InvalidRequest("client_id: required")
     if client_id.startswith(RESERVED_CLIENT_ID_PREFIX):

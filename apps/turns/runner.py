@@ -18,6 +18,8 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
+from apps.attachments.prompt import user_content
+from apps.attachments.services import attachments_for_conversation, files_of, image_data_url
 from apps.gateway.events import item, publish_live, publish_update
 from apps.rtc import tools as rtc_tools
 from apps.rtc.models import TERMINAL_RTC_STATUSES, Rtc, RtcStatus
@@ -90,7 +92,11 @@ def _conversation(messages: list[Message]) -> list[dict[str, Any]]:
     """Chat Completions messages for stored rows; tool calls only with their results.
 
     A result is paired with its call by ``parent_message_id`` (tool call ids repeat across
-    answers with many models)."""
+    answers with many models). User messages carry their attachments (images as image parts,
+    text files in ``<file_content>``, skipped ones as a note); files not processed yet are
+    processed here first, so before the first LLM call that includes them
+    (``apps.attachments.services``)."""
+    attachments = attachments_for_conversation(messages)
     outputs = {
         m.parent_message_id: m
         for m in messages
@@ -104,7 +110,10 @@ def _conversation(messages: list[Message]) -> list[dict[str, Any]]:
             out.append({"role": "system", "content": f"Summary of the conversation:\n{text}"})
         elif m.role == MessageRole.USER:
             text = data.get("text", "") if isinstance(data, dict) else str(data)
-            out.append({"role": "user", "content": text})
+            files = files_of(m)
+            content = (user_content(text, files, attachments.get(m.id, []), image_data_url)
+                       if files else text)
+            out.append({"role": "user", "content": content})
         elif kind == ContentType.MARKDOWN and data:
             out.append({"role": "assistant", "content": data})
         elif kind == ContentType.TOOLCALL_INPUT and m.id in outputs:

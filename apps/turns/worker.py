@@ -33,6 +33,7 @@ from apps.ops import processes
 from apps.rtc.models import TERMINAL_RTC_STATUSES, Rtc
 from apps.sessions.models import Message
 from apps.sessions.serializers import message_to_dict
+from apps.storage.credentials import credentials_purge_expired
 from apps.turns import engine, queue, state
 from apps.turns.llm import ChatModel, OpenAIChat
 from apps.turns.llm_errors import LLMError
@@ -256,6 +257,7 @@ class Worker:
             retention = float(rtc_setting("TOPIC_RETENTION_HOURS")) * 3600
             steps.append(("prune topics", lambda: stream.prune(older_than=retention)))
             steps.append(("purge expired tokens", tokens_purge))
+            steps.append(("purge expired S3 credentials", credentials_purge_expired))
         for name, step in steps:
             try:
                 step()

@@ -1,0 +1,45 @@
+"""Attachment fixtures: the configured object store (the local folder of the test run) and the
+image pool of this process, shut down when the tests are done."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _image_pool() -> Iterator[None]:
+    yield
+    from apps.attachments.pool import shutdown_pool
+
+    shutdown_pool()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_cache() -> None:
+    from apps.attachments.cache import data_urls
+
+    data_urls.clear()
+
+
+@pytest.fixture
+def store() -> Any:
+    from apps.storage.store import get_store
+
+    return get_store()
+
+
+@pytest.fixture
+def upload(store: Any) -> Callable[..., dict[str, Any]]:
+    """Put ``data`` under the user's prefix; returns the ``files`` entry a client would send."""
+
+    def put(user: Any, name: str, data: bytes, mimetype: str = "application/octet-stream",
+            *, key: str | None = None) -> dict[str, Any]:
+        key = key or f"user-{user.id}/{name}"
+        if data is not None:
+            store.put(key, data, content_type=mimetype)
+        return {"fileid": key, "mimetype": mimetype, "extra": {"name": name, "size": len(data)}}
+
+    return put
