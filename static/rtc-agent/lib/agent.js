@@ -11,6 +11,7 @@ import { Outbox } from './outbox.js';
 import { Executor } from './executor.js';
 import { runScript } from './sandbox.js';
 import { functions, functionDoc } from './functions.js';
+import { Uploads } from './uploads.js';
 
 export const WORK_MODES = ['manual', 'edit', 'plan', 'auto', 'bypass'];
 
@@ -20,6 +21,13 @@ export class Agent {
     this.getToken = getToken;
     this.store = new Store();
     this.deviceId = deviceId();
+    // The composer's attachments on their way to the store (presigned PUTs): see lib/uploads.js.
+    this.uploads = new Uploads({
+      store: this.store, server: this.server,
+      userId: () => this.store.state.user,
+      getToken: () => this.getToken({ deviceId: this.deviceId }),
+      limits: () => this.conn && this.conn.limits,
+    });
   }
 
   async start() {
@@ -122,15 +130,19 @@ export class Agent {
     if (sid) this.conn.rpc('v1.session.update', { session_id: sid, work_mode: mode }).catch((e) => this.fail(e));
   }
 
-  async send(text, retryOf = null) {
+  // `files` are the finished uploads as api.yaml's FileAttachment ({fileid, mimetype, extra});
+  // a retry sends the same files with the same client_id.
+  async send(text, retryOf = null, files = []) {
     const s = this.store.state;
-    const pending = retryOf || { client_id: uuid(), text, session: s.currentSession,
+    const pending = retryOf || { client_id: uuid(), text, files, session: s.currentSession,
       client_session_id: `${this.deviceId}:${uuid()}`, failed: false };
     s.sending = { ...pending, failed: false };
     this.store.changed();
+    const data = { text: pending.text };
+    if (pending.files && pending.files.length) data.files = pending.files;
     try {
       const res = await this.conn.rpc('v1.message.send', {
-        content_data: { type: 'user_message', data: { text: pending.text } },
+        content_data: { type: 'user_message', data },
         client_id: pending.client_id,
         client_session_id: pending.client_session_id,
         server_session_id: pending.session || '',
@@ -153,12 +165,25 @@ export class Agent {
 
   retrySend() { if (this.store.state.sending) this.send(null, this.store.state.sending); }
 
-  // Retry after a turn error: send the session's last user message again (a new message).
+  // Retry after a turn error: send the session's last user message again (a new message), with
+  // its attachments.
   retryTurn(sessionId) {
     const last = this.store.sessionMessages(sessionId).filter((m) => m.role === 'user').pop();
     if (!last) return;
     this.store.set({ currentSession: sessionId });
-    this.send(last.content.data.text || '');
+    const data = last.content.data || {};
+    this.send(data.text || '', null, Array.isArray(data.files) ? data.files : []);
+  }
+
+  // GET a path of the agent's own server with the access token (attachment thumbnails) -> a
+  // Blob. The token goes to that server only, whatever an entity's URL says.
+  async fetchBlob(path) {
+    const url = new URL(path, this.server);
+    if (url.origin !== this.server) throw new Error(`not the agent's server: ${url.origin}`);
+    const token = await this.getToken({ deviceId: this.deviceId });
+    const res = await fetch(url.toString(), { headers: { Authorization: `Bearer ${token}` } });
+    if (!res.ok) throw new Error(`HTTP ${res.status}`);
+    return res.blob();
   }
 
   stop(sessionId) { return this.act('v1.turn.stop', { session_id: sessionId, client_id: uuid() }); }

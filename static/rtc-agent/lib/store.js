@@ -1,9 +1,13 @@
 // A small observable store: entities by id plus UI state; views subscribe and re-render.
+// `files` is the VFS listing; `fileEntities` the attachments the server processed (the `file`
+// entity, by id); `uploads` the composer's attachments on their way (lib/uploads.js) and
+// `previews` the local object URLs of sent images, by key, until their thumbnails arrive.
 export class Store {
   constructor() {
     this.state = {
       connection: 'disconnected', user: null, sessions: {}, messages: {}, rtcs: {}, streams: {},
       loaded: {}, currentSession: null, workMode: 'edit', view: 'normal', error: '', files: [],
+      fileEntities: {}, uploads: [], uploadNotice: '', previews: {},
     };
     this.listeners = new Set();
     this._queued = false;
@@ -38,6 +42,13 @@ export class Store {
 
   sessionRtcs(sessionId) {
     return Object.values(this.state.rtcs).filter((r) => r.session_id === sessionId);
+  }
+
+  // The processed attachments of one message, by object key.
+  messageFiles(messageId) {
+    const out = {};
+    for (const f of Object.values(this.state.fileEntities)) if (f.message_id === messageId) out[f.fileid] = f;
+    return out;
   }
 
   visibleSessions() {

@@ -2,10 +2,12 @@
 // the topic position are persisted together (one IndexedDB transaction) so that a reload can
 // resume from exactly the position that matches the cached state. When the server answers
 // `recovered: false` (or there is nothing stored) everything is reloaded through RPC queries.
-const KINDS = { session: 'sessions', message: 'messages', rtc: 'rtcs', turn: 'turns' };
+// `file` entities are the attachments the server processed (kind, status, warning, thumbnail).
+const KINDS = { session: 'sessions', message: 'messages', rtc: 'rtcs', turn: 'turns', file: 'fileEntities' };
 // The wire shape of the cached entities: a snapshot of another shape is dropped, so everything is
-// reloaded (2: tool call messages carry api.yaml's {id, tool_name, input, output, status}).
-const FORMAT = 2;
+// reloaded (2: tool call messages carry api.yaml's {id, tool_name, input, output, status};
+// 3: the snapshot keeps `file` entities).
+const FORMAT = 3;
 
 export class Sync {
   constructor({ store, db, conn, onRtc }) {
@@ -21,8 +23,8 @@ export class Sync {
   async restore() {
     const snap = await this.db.get('kv', 'snapshot');
     if (!snap || snap.format !== FORMAT) return null;
-    const { sessions, messages, rtcs, loaded } = snap.state;
-    Object.assign(this.store.state, { sessions, messages, rtcs, loaded });
+    const { sessions, messages, rtcs, fileEntities, loaded } = snap.state;
+    Object.assign(this.store.state, { sessions, messages, rtcs, fileEntities, loaded });
     this.position = snap.position;
     this.store.changed();
     return snap.position;
@@ -35,8 +37,8 @@ export class Sync {
   }
 
   async persist() {
-    const { sessions, messages, rtcs, loaded } = this.store.state;
-    const snap = { format: FORMAT, position: this.position, state: { sessions, messages, rtcs, loaded } };
+    const { sessions, messages, rtcs, fileEntities, loaded } = this.store.state;
+    const snap = { format: FORMAT, position: this.position, state: { sessions, messages, rtcs, fileEntities, loaded } };
     await this.db.putMany([['kv', snap, 'snapshot']]);
   }
 
@@ -68,7 +70,7 @@ export class Sync {
 
   async reloadAll() {
     const s = this.store.state;
-    s.sessions = {}; s.messages = {}; s.rtcs = {}; s.loaded = {};
+    s.sessions = {}; s.messages = {}; s.rtcs = {}; s.fileEntities = {}; s.loaded = {};
     let cursor = '';
     for (let page = 0; page < 10; page++) {
       const res = await this.conn.rpc('v1.session.list', { cursor, limit: 50 });
@@ -97,6 +99,13 @@ export class Sync {
       res.items.forEach((r) => { this.store.upsert('rtcs', r); this.onRtc(r); });
       if (!res.next_cursor) break;
       rcursor = res.next_cursor;
+    }
+    let fcursor = '';
+    for (let page = 0; page < 40; page++) {
+      const res = await this.conn.rpc('v1.file.list', { session_id: sessionId, cursor: fcursor, limit: 200 });
+      res.items.forEach((f) => this.store.upsert('fileEntities', f));
+      if (!res.next_cursor) break;
+      fcursor = res.next_cursor;
     }
     this.store.state.loaded[sessionId] = true;
     this.persistSoon();

@@ -1,29 +1,123 @@
 // <rtc-composer>: the message box (Enter sends, Shift+Enter breaks the line), Stop while the
 // session works, and a failed send with Retry (the same client_id, so never a duplicate).
+// Attachments: the paperclip (a file picker), paste, and drag-and-drop onto the composer (a drop
+// zone shows while files are dragged over it) add files to the upload queue (lib/uploads.js);
+// each is a chip with its size, a thumbnail for images, a progress bar, × (cancel and remove)
+// and, after a failure, Retry. Send waits until every upload has finished.
 import { View, esc } from './base.js';
+import { formatSize } from '../lib/filetypes.js';
+import { documentIcon, imageIcon, paperclip } from './icons.js';
+
+const ACCEPT = ['image/jpeg', 'image/png', 'image/bmp', 'image/tiff', 'image/svg+xml', 'image/webp', 'image/gif',
+  'text/*', 'application/json', 'application/xml', 'application/yaml', '.md', '.csv', '.json', '.xml', '.yaml',
+  '.yml', '.toml', '.js', '.ts', '.py', '.go', '.rs', '.java', '.c', '.h', '.cpp', '.sh', '.sql', '.log'].join(',');
+
+const hasFiles = (e) => !!e.dataTransfer && [...(e.dataTransfer.types || [])].includes('Files');
 
 class Composer extends View {
   static styles = View.css(`
-    :host { display: block; border-top: 1px solid #e3e6ee; padding: 8px; }
+    :host { display: block; border-top: 1px solid #e3e6ee; padding: 8px; position: relative; }
     textarea { width: 100%; resize: none; height: 56px; }
     .failed { color: #9b2a20; font-size: 12px; margin-bottom: 4px; }
+    .notice { background: #fdf1f0; color: #9b2a20; font-size: 12px; padding: 4px 8px; border-radius: 6px; margin-bottom: 6px; white-space: pre-line; display: flex; gap: 6px; align-items: flex-start; }
+    .notice span { flex: 1; }
+    .notice button { padding: 0 6px; }
+    .clip { padding: 3px 6px; line-height: 0; color: #4a5266; }
+    ul.chips { list-style: none; margin: 0 0 6px; padding: 0; display: flex; flex-wrap: wrap; gap: 6px; }
+    .chip { display: grid; grid-template-columns: auto 1fr auto; gap: 2px 6px; align-items: center; border: 1px solid #d6dbe6;
+      border-radius: 8px; padding: 4px 6px; width: 250px; background: #fafbfd; font-size: 12px; }
+    .chip[data-status="failed"] { border-color: #f0b8b2; background: #fdf1f0; }
+    .chip .thumb { width: 36px; height: 36px; object-fit: cover; border-radius: 4px; grid-row: span 2; }
+    .chip .icon { width: 36px; height: 36px; display: flex; align-items: center; justify-content: center; background: #eef0f5; color: #687087; border-radius: 4px; grid-row: span 2; }
+    .chip .name { overflow: hidden; text-overflow: ellipsis; white-space: nowrap; font-weight: 600; }
+    .chip .acts { grid-row: span 2; display: flex; gap: 4px; }
+    .chip .acts button { padding: 0 6px; }
+    .chip .line { display: flex; gap: 6px; align-items: center; min-width: 0; white-space: nowrap; }
+    .chip progress { flex: 1; min-width: 40px; height: 8px; }
+    .chip .err { grid-column: 1 / -1; color: #9b2a20; overflow-wrap: anywhere; }
+    .drop { position: absolute; inset: 2px; border: 2px dashed #2952cc; border-radius: 10px; background: rgba(230, 236, 251, .92);
+      color: #2952cc; font-weight: 600; display: flex; align-items: center; justify-content: center; pointer-events: none; z-index: 1; }
   `);
 
   constructor() {
     super();
-    this.root.innerHTML = `<div class="failed" hidden></div><div class="row"><textarea class="grow" part="input" placeholder="Message the agent…"></textarea>
+    this.root.innerHTML = `<div class="drop" part="drop-zone" aria-hidden="true" hidden>Drop files to attach them</div>
+      <div class="notice" role="alert" hidden><span></span><button type="button" data-act="dismiss" aria-label="Dismiss the message">×</button></div>
+      <div class="failed" hidden></div>
+      <ul class="chips" part="attachments" aria-label="Attachments" hidden></ul>
+      <div class="row"><button type="button" class="clip" data-act="attach" aria-label="Attach files" title="Attach files (images and text files)">${paperclip}</button>
+      <input type="file" multiple hidden accept="${ACCEPT}">
+      <textarea class="grow" part="input" placeholder="Message the agent…" aria-label="Message"></textarea>
       <div><button class="primary" data-act="send">Send</button><br><button data-act="stop" hidden>Stop</button></div></div>`;
     this.input = this.root.querySelector('textarea');
+    this.picker = this.root.querySelector('input[type=file]');
+    this.chips = new Map(); // upload id -> {node, sig}
+    this.dragDepth = 0;
     this.input.addEventListener('keydown', (e) => { if (e.key === 'Enter' && !e.shiftKey) { e.preventDefault(); this.submit(); } });
+    this.input.addEventListener('paste', (e) => this.onPaste(e));
     this.root.querySelector('[data-act=send]').onclick = () => this.submit();
     this.root.querySelector('[data-act=stop]').onclick = () => this.agent.stop(this.agent.store.state.currentSession);
+    this.root.querySelector('[data-act=attach]').onclick = () => this.picker.click();
+    this.root.querySelector('[data-act=dismiss]').onclick = () => this.agent.uploads.notice('');
+    this.picker.onchange = () => { this.attach([...this.picker.files]); this.picker.value = ''; };
+    this.root.querySelector('ul.chips').addEventListener('click', (e) => {
+      const btn = e.target.closest('button[data-act]');
+      const id = btn && btn.closest('li').dataset.id;
+      if (!id) return;
+      if (btn.dataset.act === 'remove') { this.agent.uploads.remove(id); this.input.focus(); }
+      else if (btn.dataset.act === 'retry') this.agent.uploads.retry(id);
+    });
+    // On the element itself: drags over any part of the composer, and events dispatched at it.
+    this.addEventListener('dragenter', (e) => {
+      if (!hasFiles(e)) return;
+      e.preventDefault();
+      this.dragDepth++;
+      this.showDrop(true);
+    });
+    this.addEventListener('dragover', (e) => {
+      if (!hasFiles(e)) return;
+      e.preventDefault();
+      e.dataTransfer.dropEffect = 'copy';
+      this.showDrop(true);
+    });
+    this.addEventListener('dragleave', (e) => {
+      if (!hasFiles(e)) return;
+      this.dragDepth = Math.max(0, this.dragDepth - 1);
+      if (!this.dragDepth) this.showDrop(false);
+    });
+    this.addEventListener('drop', (e) => {
+      if (!hasFiles(e)) return;
+      e.preventDefault();
+      this.dragDepth = 0;
+      this.showDrop(false);
+      this.attach([...e.dataTransfer.files]);
+    });
+  }
+
+  showDrop(on) { this.root.querySelector('.drop').hidden = !on; }
+
+  attach(files) {
+    if (!files.length || !this.agent) return;
+    this.agent.uploads.add(files);
+  }
+
+  // Pasted files (a screenshot, files copied in a file manager) are attached; text pastes as usual.
+  onPaste(e) {
+    const files = [...((e.clipboardData && e.clipboardData.files) || [])];
+    if (!files.length) return;
+    if (![...e.clipboardData.types].includes('text/plain')) e.preventDefault();
+    this.attach(files);
   }
 
   submit() {
+    const uploads = this.agent.uploads;
+    if (uploads.busy) { uploads.notice('The attachments are still uploading: send once they are done.'); return; }
+    if (uploads.failed) { uploads.notice('An attachment failed to upload: retry it or remove it (×) before sending.'); return; }
     const text = this.input.value.trim();
-    if (!text) return;
+    if (!text && !uploads.items.length) return;
+    const files = uploads.take();
     this.input.value = '';
-    this.agent.send(text);
+    this.agent.send(text, null, files);
   }
 
   update(state) {
@@ -36,6 +130,61 @@ class Composer extends View {
       failed.innerHTML = `Not sent: ${esc(sending.error || '')} <button data-act="retry">Retry</button>`;
       failed.querySelector('button').onclick = () => this.agent.retrySend();
     }
+    const notice = this.root.querySelector('.notice');
+    notice.hidden = !state.uploadNotice;
+    notice.querySelector('span').textContent = state.uploadNotice || '';
+    this.renderChips(state.uploads || []);
+    const uploads = this.agent.uploads;
+    const send = this.root.querySelector('[data-act=send]');
+    send.disabled = uploads.busy || uploads.failed;
+    send.title = uploads.busy ? 'Waiting for the attachments to upload' : uploads.failed ? 'An attachment failed to upload' : 'Send';
+  }
+
+  // Chips are keyed by upload id and rebuilt only when their status changes; progress updates
+  // only move the bar, so a focused × or Retry keeps its focus while bytes go out.
+  renderChips(items) {
+    const list = this.root.querySelector('ul.chips');
+    list.hidden = !items.length;
+    const keep = new Set(items.map((u) => u.id));
+    for (const [id, entry] of this.chips) if (!keep.has(id)) { entry.node.remove(); this.chips.delete(id); }
+    let prev = null;
+    for (const u of items) {
+      let entry = this.chips.get(u.id);
+      const sig = [u.status, u.error, u.previewUrl].join('|');
+      if (!entry || entry.sig !== sig) {
+        const node = document.createElement('li');
+        node.className = 'chip';
+        node.dataset.id = u.id;
+        node.dataset.status = u.status;
+        node.innerHTML = this.chipHtml(u);
+        const focused = entry && this.root.activeElement && entry.node.contains(this.root.activeElement)
+          ? this.root.activeElement.dataset.act : null;
+        if (entry) entry.node.replaceWith(node);
+        entry = { node, sig };
+        this.chips.set(u.id, entry);
+        const again = focused && (node.querySelector(`[data-act=${focused}]`) || node.querySelector('[data-act=remove]'));
+        if (again) again.focus();
+      }
+      const bar = entry.node.querySelector('progress');
+      if (bar) { bar.value = u.loaded; entry.node.querySelector('.pct').textContent = `${Math.floor((100 * u.loaded) / (u.size || 1))}%`; }
+      const expected = prev ? prev.nextSibling : list.firstChild;
+      if (expected !== entry.node) list.insertBefore(entry.node, expected);
+      prev = entry.node;
+    }
+  }
+
+  chipHtml(u) {
+    const name = esc(u.name);
+    const thumb = u.previewUrl ? `<img class="thumb" src="${esc(u.previewUrl)}" alt="">`
+      : `<span class="icon">${u.kind === 'image' ? imageIcon : documentIcon}</span>`;
+    const working = u.status === 'preparing' || u.status === 'uploading' || u.status === 'waiting';
+    const state = u.status === 'done' ? '<span class="muted">uploaded</span>' : '';
+    const err = u.error ? `<span class="err" role="status">${esc(u.error)}</span>` : '';
+    const bar = working ? `<progress max="${u.size}" value="${u.loaded}" aria-label="Uploading ${name}"></progress><span class="pct muted"></span>` : '';
+    const retry = u.status === 'failed' ? `<button type="button" data-act="retry" aria-label="Retry uploading ${name}" title="Retry">Retry</button>` : '';
+    const remove = `<button type="button" data-act="remove" aria-label="${working ? 'Cancel and remove' : 'Remove'} ${name}" title="${working ? 'Cancel' : 'Remove'}">×</button>`;
+    return `${thumb}<span class="name" title="${name}">${name}</span><span class="acts">${retry}${remove}</span>
+      <span class="line"><span class="muted">${esc(formatSize(u.size))}</span>${bar}${state}</span>${err}`;
   }
 }
 

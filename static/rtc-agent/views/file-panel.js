@@ -1,5 +1,7 @@
-// <rtc-file-panel>: browse the virtual file system, open a file, download it.
+// <rtc-file-panel>: browse the virtual file system, open a file, download it, or attach it to
+// the next message (it joins the composer's upload queue like a picked file).
 import { View, esc } from './base.js';
+import { guessTextType } from '../lib/filetypes.js';
 
 class FilePanel extends View {
   static styles = View.css(`
@@ -18,15 +20,26 @@ class FilePanel extends View {
       const li = e.target.closest('li');
       if (li) { this.selected = li.dataset.path; this.update(this.agent.store.state); }
       if (e.target.closest('[data-act=download]')) this.download();
+      if (e.target.closest('[data-act=attach]')) this.attach();
     });
   }
 
   update(state) {
     const files = state.files || [];
+    // Only the listing and the selection matter here, not every store change (upload progress).
+    if (this._shown && this._shown.files === files && this._shown.selected === this.selected) return;
+    this._shown = { files, selected: this.selected };
     const file = files.find((f) => f.path === this.selected);
     this.root.innerHTML = `<div class="row" style="padding:6px"><b class="grow">Files</b><span class="muted">${files.length}</span></div>
       <ul part="files">${files.map((f) => `<li data-path="${esc(f.path)}" aria-selected="${f.path === this.selected}">${esc(f.path)} <span class="muted">${f.size} B</span></li>`).join('') || '<li class="muted">No files yet</li>'}</ul>
-      <div class="view">${file ? `<div class="row"><b class="grow">${esc(file.path)}</b><button data-act="download">Download</button></div><pre part="file-content">${esc(file.content)}</pre>` : '<span class="muted">Select a file to open it.</span>'}</div>`;
+      <div class="view">${file ? `<div class="row"><b class="grow">${esc(file.path)}</b><button data-act="attach" aria-label="Attach ${esc(file.path)} to the message">Attach</button><button data-act="download">Download</button></div><pre part="file-content">${esc(file.content)}</pre>` : '<span class="muted">Select a file to open it.</span>'}</div>`;
+  }
+
+  attach() {
+    const file = (this.agent.store.state.files || []).find((f) => f.path === this.selected);
+    if (!file) return;
+    const name = file.path.split('/').pop() || 'file.txt';
+    this.agent.uploads.add([new File([file.content], name, { type: guessTextType(name) })]);
   }
 
   download() {

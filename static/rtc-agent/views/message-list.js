@@ -2,8 +2,13 @@
 // replaced only when its rendered HTML changed, so prompts keep what the user typed. Streaming
 // text comes from the live chunks until the final topic message replaces it. Model text is
 // rendered through lib/markdown.js (sanitised); everything else is escaped.
+// A user message's attachments show under it: the server's thumbnail once its `file` entity
+// arrived (fetched with the token, shown through a blob: URL, revoked when off screen), the
+// local preview of an image until then, and the server's warning (a file skipped or cut short).
 import { View, esc } from './base.js';
 import { renderMarkdown } from '../lib/markdown.js';
+import { formatSize } from '../lib/filetypes.js';
+import { documentIcon, imageIcon } from './icons.js';
 import './prompts.js';
 
 const STATUS = { pending: 'pending', sent: 'pending', executing: 'running', completed: 'done', failed: 'failed', timeout: 'timed out', rejected: 'rejected' };
@@ -27,12 +32,21 @@ class MessageList extends View {
     .md table { border-collapse: collapse; } .md th, .md td { border: 1px solid #e3e6ee; padding: 2px 8px; }
     .empty { color: #687087; text-align: center; margin-top: 30%; }
     .out { white-space: pre-wrap; max-height: 160px; overflow: auto; font-family: ui-monospace, monospace; font-size: 12px; }
+    ul.files { list-style: none; margin: 4px 0 0 20%; padding: 0; display: flex; flex-wrap: wrap; gap: 6px; justify-content: flex-end; }
+    .att { display: flex; gap: 6px; align-items: center; border: 1px solid #d6dbe6; border-radius: 8px; padding: 3px 6px; font-size: 12px; max-width: 240px; background: #fafbfd; }
+    .att img { width: 48px; height: 48px; object-fit: cover; border-radius: 4px; }
+    .att .icon { width: 32px; height: 32px; display: flex; align-items: center; justify-content: center; background: #eef0f5; color: #687087; border-radius: 4px; }
+    .att .name { overflow: hidden; text-overflow: ellipsis; white-space: nowrap; display: block; }
+    .att[data-status="skipped"] { border-color: #f0b8b2; background: #fdf1f0; }
+    .warn { margin: 4px 0 0 20%; color: #8a4b00; background: #fff3d6; border-radius: 6px; padding: 3px 8px; font-size: 12px; }
   `);
 
   constructor() {
     super();
     this.nodes = new Map();
     this.md = new Map();
+    this.thumbs = new Map(); // file entity id -> {url} once fetched ('' while loading or failed)
+    this.shownThumbs = new Set();
     this.root.addEventListener('click', (e) => this.onClick(e));
   }
 
@@ -56,6 +70,7 @@ class MessageList extends View {
       rtcs.set(`${r.turn_id}/${r.tool_call_id}`, r);
     }
     const atBottom = this.scrollHeight - this.scrollTop - this.clientHeight < 40;
+    this.shownThumbs = new Set();
     const wanted = [];
     for (const m of items) {
       const html = this.renderMessage(m, state, rtcs);
@@ -82,6 +97,56 @@ class MessageList extends View {
       prev = entry.node;
     }
     if (atBottom) this.scrollTop = this.scrollHeight;
+    this.dropThumbs(this.shownThumbs);
+  }
+
+  disconnectedCallback() { super.disconnectedCallback(); this.dropThumbs(new Set()); }
+
+  // Revoke the blob: URLs of thumbnails no longer on screen (fetched again when they return).
+  dropThumbs(keep) {
+    for (const [id, t] of this.thumbs) {
+      if (keep.has(id) || t.loading) continue;
+      if (t.url) URL.revokeObjectURL(t.url);
+      this.thumbs.delete(id);
+    }
+  }
+
+  // The blob: URL of a file entity's thumbnail, or '' while it loads (a re-render follows).
+  thumb(entity) {
+    this.shownThumbs.add(entity.id);
+    const hit = this.thumbs.get(entity.id);
+    if (hit) return hit.url;
+    const t = { url: '', loading: true };
+    this.thumbs.set(entity.id, t);
+    this.agent.fetchBlob(entity.thumbnail_url).then((blob) => {
+      t.url = URL.createObjectURL(blob);
+      const previews = this.agent.store.state.previews;
+      if (previews[entity.fileid]) { URL.revokeObjectURL(previews[entity.fileid]); delete previews[entity.fileid]; }
+    }).catch((err) => console.warn('rtc-agent: thumbnail', entity.id, err.message))
+      .finally(() => { t.loading = false; this.agent.store.changed(); });
+    return '';
+  }
+
+  renderFiles(m, files, state) {
+    const entities = this.agent.store.messageFiles(m.id);
+    const chips = [];
+    const warnings = [];
+    for (const f of files) {
+      if (!f || typeof f.fileid !== 'string') continue;
+      const e = entities[f.fileid];
+      const extra = (f.extra && typeof f.extra === 'object') ? f.extra : {};
+      const name = (e && e.name) || extra.name || f.fileid.split('/').pop();
+      const size = e ? e.size : extra.size;
+      const image = e ? e.kind === 'image' : String(f.mimetype || '').startsWith('image/');
+      const src = (e && e.status === 'ready' && e.thumbnail_url && this.thumb(e)) || state.previews[f.fileid] || '';
+      const pic = src ? `<img src="${esc(src)}" alt="${esc(name)}">` : `<span class="icon">${image ? imageIcon : documentIcon}</span>`;
+      const status = e ? e.status : 'processing';
+      const dims = e && e.width && e.height ? ` · ${e.width}×${e.height}` : '';
+      chips.push(`<li class="att" part="attachment" data-fileid="${esc(f.fileid)}" data-status="${esc(status)}">${pic}<span style="min-width:0">`
+        + `<span class="name" title="${esc(name)}">${esc(name)}</span><span class="muted">${typeof size === 'number' ? esc(formatSize(size)) : ''}${esc(dims)}</span></span></li>`);
+      if (e && e.warning) warnings.push(`<div class="warn" part="attachment-warning">⚠ ${esc(name)}: ${esc(e.warning)}</div>`);
+    }
+    return chips.length ? `<ul class="files" aria-label="Attachments">${chips.join('')}</ul>${warnings.join('')}` : '';
   }
 
   renderMessage(m, state, rtcs) {
@@ -89,8 +154,10 @@ class MessageList extends View {
     const stream = state.streams[m.id];
     const live = m.streaming_status === 'streaming' && stream ? stream.text : null;
     switch (type) {
-      case 'user_message':
-        return `<div class="user"><button class="fork" data-fork="${esc(m.id)}" title="Edit and fork from here">Fork</button>${esc((data && data.text) || '')}</div>`;
+      case 'user_message': {
+        const files = data && Array.isArray(data.files) ? this.renderFiles(m, data.files, state) : '';
+        return `<div class="user"><button class="fork" data-fork="${esc(m.id)}" title="Edit and fork from here">Fork</button>${esc((data && data.text) || '')}</div>${files}`;
+      }
       case 'summary': {  // a compaction: [{title, content}], collapsed
         const parts = Array.isArray(data) ? data : [];
         return `<details class="summary muted"><summary>${esc((parts[0] && parts[0].title) || 'Summary')}</summary>`
