@@ -32,7 +32,7 @@ def _nothing_written(user: Any, redis_client: Any) -> None:
     assert not Message.objects.filter(user=user).exists()
     assert not Session.objects.filter(user=user).exists()
     assert not TopicEvent.objects.filter(user=user).exists()
-    assert not [k for k in redis_client.keys("*") if b"queue" in k or b"ready" in k]
+    assert not [k for k in redis_client.keys("*") if "queue" in k or "ready" in k]
 
 
 def test_a_valid_file_list_is_stored_as_sent(make_user) -> None:
