@@ -44,6 +44,12 @@ class DataUrlCache:
                 _, evicted = self._items.popitem(last=False)
                 self._chars -= len(evicted)
 
+    def drop(self, key: str) -> None:
+        with self._lock:
+            old = self._items.pop(key, None)
+            if old is not None:
+                self._chars -= len(old)
+
     def clear(self) -> None:
         with self._lock:
             self._items.clear()

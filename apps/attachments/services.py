@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 
 from apps.gateway.events import item, publish_update
 from apps.sessions.models import ContentType, Message, MessageRole
@@ -300,3 +301,27 @@ def image_data_url(row: Attachment) -> str | None:
     url = data_url(jpeg)
     data_urls.put(str(row.id), url)
     return url
+
+
+def attachments_purge_deleted(*, batch: int = 500) -> int:
+    """Forget the attachments of deleted messages and sessions: their derived objects (the
+    processed image and its thumbnail) are deleted from the store, then their rows. The
+    user's own uploads stay (they are the user's files, under the user's prefix). Returns how
+    many attachments were purged; meant for the worker's periodic sweep."""
+    rows = list(
+        Attachment.objects.filter(
+            Q(message__deleted_at__isnull=False) | Q(session__deleted_at__isnull=False)
+        ).values_list("pk", "derived_key", "thumbnail_key")[:batch]
+    )
+    if not rows:
+        return 0
+    keys = [key for _, *pair in rows for key in pair if key]
+    if keys:
+        failed = {f.key for f in get_store().delete_many(keys)}
+        if failed:  # keep the rows whose objects are still there: tried again next sweep
+            log.warning("attachments purge: %d derived objects not deleted", len(failed))
+            rows = [r for r in rows if not failed & {r[1], r[2]}]
+    for pk, *_ in rows:
+        data_urls.drop(str(pk))
+    Attachment.objects.filter(pk__in=[r[0] for r in rows]).delete()
+    return len(rows)
