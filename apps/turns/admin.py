@@ -22,12 +22,67 @@ from apps.sessions.admin import content_preview, session_label
 from apps.sessions.models import Message
 from rtcagent.errors import RtcError
 
-from .models import ACTIVE_TURN_STATUSES, Turn, TurnStatus
+from .models import ACTIVE_TURN_STATUSES, LLMCall, Turn, TurnStatus
 
 
 def error_parts(turn: Turn) -> tuple[str, str]:
     category, _, title = turn.error_message.partition(":")
     return (category.strip(), title.strip()) if title else ("", turn.error_message)
+
+
+_CALL_FIELDS = ("step", "model", "prompt_tokens", "cached_tokens", "cache_write_tokens",
+                "completion_tokens", "reasoning_tokens", "prompt_estimate", "cost_usd",
+                "shared_prefix_ratio", "created_at")
+
+
+class LLMCallInline(admin.TabularInline):
+    """The turn's model calls as the provider billed them (read-only)."""
+
+    model = LLMCall
+    fields = _CALL_FIELDS
+    readonly_fields = _CALL_FIELDS
+    extra = 0
+    can_delete = False
+    ordering = ("created_at", "id")
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(LLMCall)
+class LLMCallAdmin(admin.ModelAdmin):
+    """Every model call: tokens (cached, cache writes, reasoning), cost and the share of the
+    prompt that repeated the previous request's. Read-only: written by
+    ``accounting.record_answer``."""
+
+    list_display = ("created_at", "model", "session_name", "turn_link", "step", "prompt_tokens",
+                    "cached_tokens", "cache_write_tokens", "completion_tokens",
+                    "reasoning_tokens", "cost_usd", "shared_prefix_ratio")
+    list_select_related = ("session",)
+    list_filter = ("model", "usage_reported")
+    search_fields = ("session__id", "turn__id", "model")
+    date_hierarchy = "created_at"
+    ordering = ("-created_at", "-id")
+    fields = ("session", "turn", "message", "usage_reported", *_CALL_FIELDS, "total_tokens")
+    readonly_fields = fields
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    @admin.display(description="session", ordering="session__title")
+    def session_name(self, obj: LLMCall) -> str:
+        return session_label(obj.session)
+
+    @admin.display(description="turn")
+    def turn_link(self, obj: LLMCall) -> str:
+        url = reverse("admin:turns_turn_change", args=[obj.turn_id])
+        return format_html('<a href="{}">{}…</a>', url, str(obj.turn_id)[:8])
 
 
 @admin.register(Turn)
@@ -40,6 +95,7 @@ class TurnAdmin(admin.ModelAdmin):
     date_hierarchy = "created_at"
     ordering = ("-created_at",)
     actions = ("stop_turns",)
+    inlines = (LLMCallInline,)
     fieldsets = (
         (None, {"fields": ("id", "session", "user", "status", "client_id", "messages_link")}),
         ("Failure", {"fields": ("error_category", "error_title", "error_detail",

@@ -61,10 +61,15 @@ class ToolCall:
 
 @dataclass(frozen=True, slots=True)
 class Usage:
+    """What the provider reports for one call. ``prompt_tokens`` includes the cached (read from
+    the prompt cache) and cache-written tokens; ``completion_tokens`` includes reasoning."""
+
     prompt_tokens: int
     completion_tokens: int
     cached_tokens: int
     total_tokens: int
+    reasoning_tokens: int = 0
+    cache_write_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +78,51 @@ class Finish:
 
 
 Event = TextDelta | ReasoningDelta | ToolCall | Usage | Finish
+
+
+def _number(*candidates: Any) -> int:
+    """The first candidate that is a non-negative integer (providers send null or omit)."""
+    for value in candidates:
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            return value
+    return 0
+
+
+def _extra(obj: Any) -> dict[str, Any]:
+    return (getattr(obj, "model_extra", None) or {}) if obj is not None else {}
+
+
+def usage_from(raw: Any) -> Usage:
+    """``Usage`` from an ``openai`` ``CompletionUsage``, under the names providers use.
+
+    Cached (read) tokens: ``prompt_tokens_details.cached_tokens`` (OpenAI), else Anthropic-style
+    ``cache_read_input_tokens`` or DeepSeek's ``prompt_cache_hit_tokens``. Cache writes:
+    ``prompt_tokens_details.cache_write_tokens`` (OpenAI, OpenRouter), ``cache_creation_tokens``
+    or ``cache_creation_input_tokens`` there or at the top (LiteLLM, Qwen and other gateways in
+    front of Anthropic-style caching). Reasoning: ``completion_tokens_details.reasoning_tokens``.
+    """
+    prompt = raw.prompt_tokens_details
+    completion = raw.completion_tokens_details
+    top, pextra = _extra(raw), _extra(prompt)
+    prompt_tokens = _number(raw.prompt_tokens)
+    completion_tokens = _number(raw.completion_tokens)
+    return Usage(
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
+        cached_tokens=_number(
+            prompt.cached_tokens if prompt else None,
+            top.get("cache_read_input_tokens"), top.get("prompt_cache_hit_tokens"),
+        ),
+        total_tokens=_number(raw.total_tokens) or prompt_tokens + completion_tokens,
+        reasoning_tokens=_number(
+            completion.reasoning_tokens if completion else None, top.get("reasoning_tokens")
+        ),
+        cache_write_tokens=_number(
+            getattr(prompt, "cache_write_tokens", None),
+            pextra.get("cache_creation_tokens"), pextra.get("cache_creation_input_tokens"),
+            top.get("cache_creation_input_tokens"),
+        ),
+    )
 
 
 class Cancelled(Exception):
@@ -247,13 +297,7 @@ class OpenAIChat:
                 if cancelled():
                     raise Cancelled()
                 if chunk.usage is not None:
-                    details = chunk.usage.prompt_tokens_details
-                    usage = Usage(
-                        prompt_tokens=chunk.usage.prompt_tokens or 0,
-                        completion_tokens=chunk.usage.completion_tokens or 0,
-                        cached_tokens=(details.cached_tokens or 0) if details else 0,
-                        total_tokens=chunk.usage.total_tokens or 0,
-                    )
+                    usage = usage_from(chunk.usage)
                 for choice in chunk.choices:
                     if choice.index != 0:
                         continue

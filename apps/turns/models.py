@@ -115,3 +115,47 @@ class TurnCheckpoint(models.Model):
 
     def __str__(self) -> str:
         return f"checkpoint of turn {self.turn_id}"
+
+
+class LLMCall(models.Model):
+    """One model answer as the provider billed it (``accounting.record_answer``).
+
+    A row per call, never updated: a step repeated after a crash is another call the provider
+    billed. Token numbers are the provider's (0 when it reported none: ``usage_reported`` is
+    False, and only ``prompt_estimate``, our own count of the prompt, is known).
+    """
+
+    turn = models.ForeignKey(Turn, on_delete=models.CASCADE, related_name="llm_calls")
+    session = models.ForeignKey(
+        "agent_sessions.Session", on_delete=models.CASCADE, related_name="llm_calls"
+    )
+    message = models.ForeignKey(
+        "agent_sessions.Message", null=True, blank=True, on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    step = models.PositiveIntegerField()  # the answer's index in its turn
+    model = models.CharField(max_length=128)
+    usage_reported = models.BooleanField(default=True)
+    prompt_tokens = models.BigIntegerField(default=0)  # cached and cache-written included
+    completion_tokens = models.BigIntegerField(default=0)  # reasoning included
+    total_tokens = models.BigIntegerField(default=0)
+    cached_tokens = models.BigIntegerField(default=0)
+    cache_write_tokens = models.BigIntegerField(default=0)
+    reasoning_tokens = models.BigIntegerField(default=0)
+    prompt_estimate = models.BigIntegerField(default=0)
+    # USD from the model's price row when the call was recorded; null: no row, or no usage.
+    cost_usd = models.DecimalField(max_digits=16, decimal_places=8, null=True, blank=True)
+    # Share of this request's prompt that repeats the previous request's (None for the first).
+    shared_prefix_ratio = models.FloatField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        verbose_name = "LLM call"
+        indexes = [
+            models.Index(fields=["session", "created_at"], name="llmcall_session_created"),
+            models.Index(fields=["turn", "step"], name="llmcall_turn_step"),
+            models.Index(fields=["created_at"], name="llmcall_created"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.model} call {self.step} of turn {self.turn_id}"

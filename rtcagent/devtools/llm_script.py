@@ -40,7 +40,9 @@ _REPLY_KEYS = {
     "hang",
 }
 _ERROR_KEYS = {"status", "type", "code", "message", "param", "retry_after"}
-_USAGE_KEYS = {"prompt_tokens", "completion_tokens", "cached_tokens", "reasoning_tokens"}
+_USAGE_KEYS = {
+    "prompt_tokens", "completion_tokens", "cached_tokens", "cache_write_tokens", "reasoning_tokens",
+}
 _WHEN_KEYS = {
     "last_user_contains",
     "any_user_contains",

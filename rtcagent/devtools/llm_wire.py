@@ -60,6 +60,8 @@ def usage_for(reply: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:
         "prompt_tokens_details": {
             "cached_tokens": given.get("cached_tokens", 0),
             "audio_tokens": 0,
+            **({"cache_write_tokens": given["cache_write_tokens"]}
+               if "cache_write_tokens" in given else {}),
         },
         "completion_tokens_details": {
             "reasoning_tokens": reasoning,
