@@ -19,6 +19,7 @@ urlpatterns = [
     path("", include("apps.rtc.urls")),
     path("", include("apps.storage.urls")),  # /api/credentials/temporary, /api/presigned-url, /s3/
     path("", include("apps.attachments.urls")),
+    path("", include("apps.memory.urls")),
     path("api/schema/", SpectacularAPIView.as_view(permission_classes=[]), name="schema"),
 ]
 

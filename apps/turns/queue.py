@@ -68,6 +68,20 @@ def _u(owner: str, part: str) -> str:
     return f"{P}:u:{{{owner}}}:{part}"
 
 
+def has_claimable(scan: int = 32) -> bool:
+    """Whether one of the first ``scan`` ready sessions is free to be claimed (not held by a
+    worker): idle work (memory extraction) gives way as soon as this turns true."""
+    r = get_redis()
+    ids = r.zrange(READY, 0, scan - 1)
+    if not ids:
+        return False
+    with r.pipeline(transaction=False) as pipe:
+        for sid in ids:
+            pipe.exists(_k(sid, "lock"))
+        held = pipe.execute()
+    return not all(held)
+
+
 # The fair order (see the module docstring). A user's ``last`` tag expires a day after its last
 # use: by then the clock has long passed it. An unknown owner is the shared bucket ``_``.
 _FAIR = """

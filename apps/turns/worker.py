@@ -27,12 +27,14 @@ from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from apps.accounts.services import tokens_purge
+from apps.attachments.services import attachments_purge_deleted
 from apps.gateway import stream
 from apps.gateway.events import item, publish_update
 from apps.ops import processes
 from apps.rtc.models import TERMINAL_RTC_STATUSES, Rtc
 from apps.sessions.models import Message
 from apps.sessions.serializers import message_to_dict
+from apps.storage.cleanup import orphans_purge
 from apps.storage.credentials import credentials_purge_expired
 from apps.turns import engine, queue, state
 from apps.turns.llm import ChatModel, OpenAIChat
@@ -86,7 +88,10 @@ class Worker:
             try:
                 hold = queue.claim(lease_ms=self.lease_ms)
                 if hold is None:
-                    queue.wait_for_bell(1)
+                    # Between sessions: one queued memory extraction (given back the moment a
+                    # session has work), else wait for work.
+                    if not self.extract_memory():
+                        queue.wait_for_bell(1)
                     continue
                 self.drain(hold)
             except Exception:  # Redis or the database away: the lease and the sweep recover
@@ -94,6 +99,15 @@ class Worker:
                 time.sleep(1)
         heartbeat.stop()
         log.info("worker stopped")
+
+    def extract_memory(self) -> bool:
+        """Run one queued session-memory extraction (``apps.memory.extraction``); False when
+        none was queued."""
+        from apps.memory import extraction
+
+        waiting = extraction.SessionsWaiting()
+        return extraction.run_next(self.llm_factory,
+                                   should_yield=lambda: self.stopping.is_set() or waiting())
 
     def heartbeat(self) -> dict[str, Any]:
         return {"session": self.current_session, "items_done": self.items_done}
@@ -225,6 +239,8 @@ class Worker:
             queue.unpark(str(turn.session_id))
             return
         outcome = engine.advance(ports)
+        # Finished or paused: maybe queue a memory extraction (it runs later, between sessions).
+        _isolated("memory extraction trigger", turn.session_id, _maybe_extract, turn.session_id)
         if outcome != engine.WAITING:
             queue.unpark(str(turn.session_id))
             return
@@ -251,6 +267,7 @@ class Worker:
             ("fill topic gaps", stream.fill_all_gaps),
             ("expire RTCs", expire_rtcs),
             ("resume orphans", self.resume_orphans),
+            ("requeue dead memory extractions", _sweep_extractions),
         ]
         if time.monotonic() - self._pruned_at > 600:  # every 10 minutes
             self._pruned_at = time.monotonic()
@@ -258,6 +275,8 @@ class Worker:
             steps.append(("prune topics", lambda: stream.prune(older_than=retention)))
             steps.append(("purge expired tokens", tokens_purge))
             steps.append(("purge expired S3 credentials", credentials_purge_expired))
+            steps.append(("purge attachments of deleted messages", attachments_purge_deleted))
+            steps.append(("purge objects of deleted users", orphans_purge))
         for name, step in steps:
             try:
                 step()
@@ -331,6 +350,18 @@ def expire_rtcs() -> int:
     for rtc_id in list(due):
         count += _isolated("time out RTC", rtc_id, rtc_timeout, rtc_id=rtc_id) or 0
     return count
+
+
+def _maybe_extract(session_id: object) -> None:
+    from apps.memory.extraction import maybe_extract
+
+    maybe_extract(str(session_id))
+
+
+def _sweep_extractions() -> None:
+    from apps.memory import jobs
+
+    jobs.sweep()
 
 
 def _isolated(what: str, ident: object, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
