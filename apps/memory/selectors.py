@@ -41,6 +41,7 @@ def user_memory_search(
     category: str | None = None,
     importance: str | None = None,
     exclude_importance: Iterable[str] = (),
+    session_id: Any = None,
 ) -> list[Found]:
     """The user's memories matching ``query``, best first (see the module docstring)."""
     hits = search.matches(user_id, search.query_terms(query))
@@ -51,6 +52,8 @@ def user_memory_search(
         rows = rows.filter(category=category)
     if importance:
         rows = rows.filter(importance=importance)
+    if session_id:
+        rows = rows.filter(session_id=session_id)
     excluded = list(exclude_importance)
     if excluded:
         rows = rows.exclude(importance__in=excluded)
@@ -111,6 +114,7 @@ def user_memory_page(
     q: str = "",
     category: str | None = None,
     importance: str | None = None,
+    session_id: Any = None,
     cursor: str | None = None,
     limit: int = 50,
 ) -> Page:
@@ -125,7 +129,8 @@ def user_memory_page(
         ):
             raise InvalidRequest("cursor: not a cursor of this list")
         found = user_memory_search(user_id=user_id, query=q, limit=limit + 1, offset=offset,
-                                   category=category, importance=importance)
+                                   category=category, importance=importance,
+                                   session_id=session_id)
         more = len(found) > limit
         return Page([f.memory for f in found[:limit]],
                     _encode({"o": offset + limit}) if more else "")
@@ -134,6 +139,8 @@ def user_memory_page(
         rows = rows.filter(category=category)
     if importance:
         rows = rows.filter(importance=importance)
+    if session_id:
+        rows = rows.filter(session_id=session_id)
     if cursor:
         try:
             at = datetime.fromisoformat(state["u"])

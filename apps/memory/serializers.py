@@ -34,6 +34,7 @@ class ListParams(serializers.Serializer):
     q = serializers.CharField(required=False, allow_blank=True, max_length=500, default="")
     category = serializers.ChoiceField(UserCategory.choices, required=False)
     importance = serializers.ChoiceField(Importance.choices, required=False)
+    session_id = serializers.UUIDField(required=False)  # those saved in one session
     cursor = serializers.CharField(required=False, allow_blank=True, max_length=500)
     limit = serializers.IntegerField(required=False, min_value=1, max_value=200, default=50)
 

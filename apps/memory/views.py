@@ -59,7 +59,8 @@ class MemoryListView(APIView):
         p = _valid(ListParams(data=request.query_params))
         page = selectors.user_memory_page(
             user_id=request.user.id, q=p["q"], category=p.get("category"),
-            importance=p.get("importance"), cursor=p.get("cursor") or None, limit=p["limit"],
+            importance=p.get("importance"), session_id=p.get("session_id"),
+            cursor=p.get("cursor") or None, limit=p["limit"],
         )
         return Response({"items": [user_memory_to_dict(m) for m in page.items],
                          "next_cursor": page.next_cursor})

@@ -1,8 +1,9 @@
 // <rtc-agent server="https://agent.example.com">: the embeddable widget. The host sets
 // `element.getToken = async ({deviceId}) => accessJwt`; the widget connects once it has both.
 // A floating bubble opens a panel (normal, maximised or minimised) with the session list, the
-// conversation, the composer and the file panel. `window.rtcAgent.registerFunction(...)` lets
-// the page offer its own functions.
+// conversation (under the context bar: the ring and the session's memories), the composer and
+// the file panel; "Memories" swaps the conversation for the memories page.
+// `window.rtcAgent.registerFunction(...)` lets the page offer its own functions.
 import { Agent, WORK_MODES } from './lib/agent.js';
 import { registerFunction } from './lib/functions.js';
 import { View, esc } from './views/base.js';
@@ -10,6 +11,8 @@ import './views/session-list.js';
 import './views/message-list.js';
 import './views/composer.js';
 import './views/file-panel.js';
+import './views/context-bar.js';
+import './views/memory-page.js';
 
 window.rtcAgent = Object.assign(window.rtcAgent || {}, { registerFunction });
 
@@ -30,6 +33,8 @@ class RtcAgent extends View {
     .conn[data-state="connecting"] { background: #fff3d6; color: #7a5a00; }
     .body { flex: 1; display: grid; grid-template-columns: 190px 1fr; min-height: 0; }
     .body.files { grid-template-columns: 190px 1fr 240px; }
+    .page { flex: 1; display: flex; min-height: 0; }
+    header button[aria-pressed="true"] { background: #e6ecfb; border-color: #9fb3ec; }
     .chat { display: flex; flex-direction: column; min-height: 0; min-width: 0; }
     rtc-message-list { flex: 1; }
     .err { background: #fdf1f0; color: #9b2a20; font-size: 12px; padding: 3px 10px; }
@@ -44,11 +49,13 @@ class RtcAgent extends View {
       <div class="panel" part="panel" hidden>
         <header><b>Agent</b><span class="conn" part="connection" data-state="disconnected">disconnected</span>
           <select name="mode" title="Work mode">${WORK_MODES.map((m) => `<option value="${m}">${m}</option>`).join('')}</select>
+          <button data-act="memories" title="Your memories" aria-pressed="false" hidden>Memories</button>
           <button data-act="files" title="Files">Files</button><button data-act="min" title="Minimise">_</button>
           <button data-act="max" title="Maximise">□</button><button data-act="close" title="Close">×</button></header>
         <div class="err" hidden></div>
         <div class="signin" part="signin"><p></p></div>
-        <div class="body" hidden><rtc-session-list></rtc-session-list><div class="chat"><rtc-message-list></rtc-message-list><rtc-composer></rtc-composer></div></div>
+        <div class="body" hidden><rtc-session-list></rtc-session-list><div class="chat"><rtc-context-bar></rtc-context-bar><rtc-message-list></rtc-message-list><rtc-composer></rtc-composer></div></div>
+        <div class="page" hidden><rtc-memory-page></rtc-memory-page></div>
       </div>
       <button class="bubble" part="bubble" title="Open the agent" aria-label="Open the agent">✦</button>`;
     this.root.querySelector('.bubble').onclick = () => this.setMode(this.mode === 'closed' ? 'normal' : 'closed');
@@ -57,7 +64,8 @@ class RtcAgent extends View {
       if (act === 'close') this.setMode('closed');
       else if (act === 'min') this.setMode(this.mode === 'minimised' ? 'normal' : 'minimised');
       else if (act === 'max') this.setMode(this.mode === 'maximised' ? 'normal' : 'maximised');
-      else if (act === 'files') this.toggleFiles();
+      else if (act === 'files') this.filesButton();
+      else if (act === 'memories') this.toggleMemories();
     });
     this.root.querySelector('select').onchange = (e) => this.agent && this.agent.setWorkMode(e.target.value);
     this.showSignin();
@@ -91,7 +99,8 @@ class RtcAgent extends View {
     this.root.querySelector('.body').hidden = false;
     const agent = new Agent({ server: this.getAttribute('server') || location.origin, getToken: this._getToken });
     this.agent = agent;
-    for (const sel of ['rtc-session-list', 'rtc-message-list', 'rtc-composer']) this.root.querySelector(sel).agent = agent;
+    for (const sel of ['rtc-session-list', 'rtc-message-list', 'rtc-composer', 'rtc-context-bar', 'rtc-memory-page']) this.root.querySelector(sel).agent = agent;
+    this.root.querySelector('[data-act=memories]').hidden = false;
     agent.start().then(() => this.dispatchEvent(new CustomEvent('rtc-agent-ready'))).catch((err) => agent.fail(err));
   }
 
@@ -104,6 +113,37 @@ class RtcAgent extends View {
     err.hidden = !state.error;
     err.innerHTML = state.error ? `${esc(state.error)} <button>dismiss</button>` : '';
     if (state.error) err.querySelector('button').onclick = () => this.agent.store.set({ error: '' });
+    this.showPage(state.page);
+  }
+
+  // The memories page takes the conversation's place (which stays as it was, hidden); focus goes
+  // to its search field, and back to the header's "Memories" when it closes.
+  showPage(page) {
+    if (page === this.shownPage) return;
+    const was = this.shownPage;
+    this.shownPage = page;
+    const memories = page === 'memories';
+    this.root.querySelector('.body').hidden = memories;
+    this.root.querySelector('.page').hidden = !memories;
+    const btn = this.root.querySelector('[data-act=memories]');
+    btn.setAttribute('aria-pressed', String(memories));
+    if (memories) this.root.querySelector('rtc-memory-page').shown();
+    else if (was === 'memories') btn.focus();
+  }
+
+  // From the memories page, "Files" goes back to the conversation with the files shown.
+  filesButton() {
+    if (this.agent && this.agent.store.state.page === 'memories') {
+      this.agent.memories.closePage();
+      if (this.root.querySelector('rtc-file-panel')) return;
+    }
+    this.toggleFiles();
+  }
+
+  toggleMemories() {
+    if (!this.agent) return;
+    if (this.agent.store.state.page === 'memories') this.agent.memories.closePage();
+    else this.agent.memories.openPage();
   }
 
   setMode(mode) {

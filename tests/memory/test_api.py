@@ -188,3 +188,17 @@ def test_a_sessions_notes_are_for_its_owner(make_user, make_session, note, api) 
     assert api(user).get("/api/sessions/not-a-uuid/memories").status_code == 404
     empty = make_session(user)
     assert api(user).get(f"/api/sessions/{empty.id}/memories").json() == {"items": []}
+
+
+def test_list_filters_by_the_session_they_were_saved_in(make_user, make_session,
+                                                        remember, api) -> None:
+    user = make_user()
+    here, elsewhere = make_session(user), make_session(user)
+    a = remember(user, "Deploy with blue green", session=here, age=10)
+    remember(user, "Deploy on Fridays never", session=elsewhere)
+    remember(user, "Deploy notes without a session")
+    assert _items(api(user).get(f"/api/memories?session_id={here.id}")) == [a.pk]
+    assert _items(api(user).get(f"/api/memories?session_id={here.id}&q=deploy")) == [a.pk]
+    other = make_user()
+    assert _items(api(other).get(f"/api/memories?session_id={here.id}")) == []
+    assert api(user).get("/api/memories?session_id=nope").status_code == 400

@@ -12,6 +12,7 @@ import { Executor } from './executor.js';
 import { runScript } from './sandbox.js';
 import { functions, functionDoc } from './functions.js';
 import { Uploads } from './uploads.js';
+import { Memories } from './memories.js';
 
 export const WORK_MODES = ['manual', 'edit', 'plan', 'auto', 'bypass'];
 
@@ -28,6 +29,8 @@ export class Agent {
       getToken: () => this.getToken({ deviceId: this.deviceId }),
       limits: () => this.conn && this.conn.limits,
     });
+    // The user's memories over the owner-only HTTP API: see lib/memories.js.
+    this.memories = new Memories({ store: this.store, fetchApi: (path, opts) => this.fetchApi(path, opts) });
   }
 
   async start() {
@@ -186,6 +189,24 @@ export class Agent {
     return res.blob();
   }
 
+  // A call to the agent's own HTTP API with the access token -> the Response (2xx only). A
+  // refusal throws an Error with the server's message (`{code, message}` or DRF's `detail`)
+  // and `status`.
+  async fetchApi(path, { method = 'GET', body } = {}) {
+    const url = new URL(path, this.server);
+    if (url.origin !== this.server) throw new Error(`not the agent's server: ${url.origin}`);
+    const token = await this.getToken({ deviceId: this.deviceId });
+    const headers = { Authorization: `Bearer ${token}`, Accept: 'application/json' };
+    if (body !== undefined) headers['Content-Type'] = 'application/json';
+    const res = await fetch(url.toString(), { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+    if (res.ok) return res;
+    const data = await res.json().catch(() => null);
+    const err = new Error(apiMessage(data) || `HTTP ${res.status}`);
+    err.status = res.status;
+    err.code = data && typeof data.code === 'string' ? data.code : '';
+    throw err;
+  }
+
   stop(sessionId) { return this.act('v1.turn.stop', { session_id: sessionId, client_id: uuid() }); }
   rename(id, title) { return this.act('v1.session.update', { session_id: id, title }); }
   archive(id) { return this.act('v1.session.close', { session_id: id, client_id: uuid() }); }
@@ -213,4 +234,23 @@ export class Agent {
       return res;
     } catch (err) { this.fail(err); return null; }
   }
+}
+
+// The words of an /api/ refusal: `{code, message, details}` (a validation error's first field
+// added), DRF's `{detail}`, or DRF's `{field: ["…"]}`.
+function apiMessage(data) {
+  if (!data || typeof data !== 'object') return '';
+  const fieldError = (obj) => {
+    for (const [field, value] of Object.entries(obj || {})) {
+      const first = Array.isArray(value) ? value[0] : null;
+      if (typeof first === 'string') return field === 'non_field_errors' ? first : `${field}: ${first}`;
+    }
+    return '';
+  };
+  if (typeof data.message === 'string' && data.message) {
+    const extra = data.details && typeof data.details === 'object' ? fieldError(data.details) : '';
+    return extra ? `${data.message}: ${extra}` : data.message;
+  }
+  if (typeof data.detail === 'string' && data.detail) return data.detail;
+  return fieldError(data);
 }

@@ -2,20 +2,31 @@
 // `files` is the VFS listing; `fileEntities` the attachments the server processed (the `file`
 // entity, by id); `uploads` the composer's attachments on their way (lib/uploads.js) and
 // `previews` the local object URLs of sent images, by key, until their thumbnails arrive.
+// `sessionMemories` (by session id) and `memoryPage` are the memories fetched over HTTP
+// (lib/memories.js); `page` is what the panel shows: 'chat' or 'memories'.
 export class Store {
   constructor() {
     this.state = {
       connection: 'disconnected', user: null, sessions: {}, messages: {}, rtcs: {}, streams: {},
       loaded: {}, currentSession: null, workMode: 'edit', view: 'normal', error: '', files: [],
       fileEntities: {}, uploads: [], uploadNotice: '', previews: {},
+      sessionMemories: {}, memoryPage: null, page: 'chat',
     };
     this.listeners = new Set();
+    this.watchers = new Map(); // kind -> Set of fn(entity, old): called for every upsert
     this._queued = false;
   }
 
   subscribe(fn) { this.listeners.add(fn); fn(this.state); return () => this.listeners.delete(fn); }
 
   set(patch) { Object.assign(this.state, patch); this.changed(); }
+
+  // Be told of each entity of one kind as it arrives (with the copy it replaces, if any).
+  watch(kind, fn) {
+    if (!this.watchers.has(kind)) this.watchers.set(kind, new Set());
+    this.watchers.get(kind).add(fn);
+    return () => this.watchers.get(kind).delete(fn);
+  }
 
   // Batch notifications into one microtask: chunk bursts re-render once.
   changed() {
@@ -31,6 +42,7 @@ export class Store {
     if (old && old.updated_at && entity.updated_at && old.updated_at > entity.updated_at) return;
     table[entity.id] = entity;
     if (kind === 'messages' && entity.streaming_status !== 'streaming') delete this.state.streams[entity.id];
+    for (const fn of this.watchers.get(kind) || []) fn(entity, old);
     this.changed();
   }
 

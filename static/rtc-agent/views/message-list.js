@@ -5,10 +5,12 @@
 // A user message's attachments show under it: the server's thumbnail once its `file` entity
 // arrived (fetched with the token, shown through a blob: URL, revoked when off screen), the
 // local preview of an image until then, and the server's warning (a file skipped or cut short).
+// A compaction is a mark before the first message it kept, with its summary (views/compaction.js).
 import { View, esc } from './base.js';
 import { renderMarkdown } from '../lib/markdown.js';
 import { formatSize } from '../lib/filetypes.js';
 import { documentIcon, imageIcon } from './icons.js';
+import { placeSummaries, summaryHtml } from './compaction.js';
 import './prompts.js';
 
 const STATUS = { pending: 'pending', sent: 'pending', executing: 'running', completed: 'done', failed: 'failed', timeout: 'timed out', rejected: 'rejected' };
@@ -31,6 +33,15 @@ class MessageList extends View {
     .error { border: 1px solid #f0b8b2; background: #fdf1f0; border-radius: 8px; padding: 8px; }
     .md table { border-collapse: collapse; } .md th, .md td { border: 1px solid #e3e6ee; padding: 2px 8px; }
     .empty { color: #687087; text-align: center; margin-top: 30%; }
+    .compaction { display: flex; align-items: center; gap: 8px; color: #7a5a00; font-size: 12px; margin: 14px 0 4px; }
+    .compaction::before, .compaction::after { content: ''; flex: 1; border-top: 2px dashed #e0c77a; }
+    details.summary { border: 1px solid #eadfb8; background: #fffbef; border-radius: 8px; padding: 4px 10px; font-size: 13px; }
+    details.summary > summary { cursor: pointer; color: #5c4500; }
+    details.summary[open] > summary { margin-bottom: 6px; }
+    details.summary .md :is(h1, h2, h3, h4) { font-size: 13.5px; margin: 10px 0 3px; }
+    details.summary .files-back { margin-top: 8px; }
+    details.file > summary { font-family: ui-monospace, monospace; font-size: 12px; cursor: pointer; }
+    details.file pre { max-height: 200px; margin: 4px 0; }
     .out { white-space: pre-wrap; max-height: 160px; overflow: auto; font-family: ui-monospace, monospace; font-size: 12px; }
     ul.files { list-style: none; margin: 4px 0 0 20%; padding: 0; display: flex; flex-wrap: wrap; gap: 6px; justify-content: flex-end; }
     .att { display: flex; gap: 6px; align-items: center; border: 1px solid #d6dbe6; border-radius: 8px; padding: 3px 6px; font-size: 12px; max-width: 240px; background: #fafbfd; }
@@ -61,7 +72,7 @@ class MessageList extends View {
   update(state) {
     const sid = state.currentSession;
     const store = this.agent.store;
-    const items = sid ? store.sessionMessages(sid) : [];
+    const items = sid ? placeSummaries(store.sessionMessages(sid)) : [];
     // A tool call id is unique within a turn only (many models number them call_0, call_1 ...
     // in every answer): an RTC is found by its toolcall_input message, else by turn + id.
     const rtcs = new Map();
@@ -69,6 +80,10 @@ class MessageList extends View {
       if (r.message_id) rtcs.set(r.message_id, r);
       rtcs.set(`${r.turn_id}/${r.tool_call_id}`, r);
     }
+    // Server tools (memory, ...) have no RTC: their call ends with a toolcall_output message.
+    const outputs = new Map();
+    for (const m of items) if (m.parent_message_id && m.content && m.content.type === 'toolcall_output') outputs.set(m.parent_message_id, m);
+    state = { ...state, outputs };
     const atBottom = this.scrollHeight - this.scrollTop - this.clientHeight < 40;
     this.shownThumbs = new Set();
     const wanted = [];
@@ -158,11 +173,7 @@ class MessageList extends View {
         const files = data && Array.isArray(data.files) ? this.renderFiles(m, data.files, state) : '';
         return `<div class="user"><button class="fork" data-fork="${esc(m.id)}" title="Edit and fork from here">Fork</button>${esc((data && data.text) || '')}</div>${files}`;
       }
-      case 'summary': {  // a compaction: [{title, content}], collapsed
-        const parts = Array.isArray(data) ? data : [];
-        return `<details class="summary muted"><summary>${esc((parts[0] && parts[0].title) || 'Summary')}</summary>`
-          + `<div class="md">${this.markdown(m.id, parts.map((p) => String(p.content || '')).join('\n\n'))}</div></details>`;
-      }
+      case 'summary': return summaryHtml(m, (text) => this.markdown(m.id, text), esc);
       case 'markdown':
       case 'text': {
         const text = live ?? (typeof data === 'string' ? data : (data && data.text) || '');
@@ -173,7 +184,7 @@ class MessageList extends View {
         const text = live ?? (data || '');
         return text ? `<details class="thinking"><summary>Thinking</summary><div>${esc(text)}</div></details>` : '';
       }
-      case 'toolcall_input': return this.renderTool(data || {}, rtcs.get(m.id) || rtcs.get(`${m.turn_id}/${data && data.id}`), state);
+      case 'toolcall_input': return this.renderTool({ ...(data || {}), msgId: m.id }, rtcs.get(m.id) || rtcs.get(`${m.turn_id}/${data && data.id}`), state);
       case 'toolcall_output':
         return `<details class="muted"><summary>Result of ${esc(data.tool_name || 'tool')}</summary><div class="out">${esc(data.output)}</div></details>`;
       case 'error':
@@ -187,7 +198,11 @@ class MessageList extends View {
     const prompt = rtc && state.prompts && state.prompts[rtc.id];
     const local = rtc && state.local && state.local[rtc.id];
     const queued = rtc && (state.outbox || []).some((o) => o.rtc_id === rtc.id);
+    const output = !rtc && call.msgId && state.outputs.get(call.msgId);
     let status = rtc ? STATUS[rtc.status] || rtc.status : 'pending';
+    // A server tool's refusal is stored as a finished call whose output says "[Tool Error]".
+    const out = output && (output.content.data || {});
+    if (out) status = out.status === 'error' || String(out.output || '').startsWith('[Tool Error]') ? 'failed' : 'done';
     if (local && local.running && rtc.status !== 'completed' && rtc.status !== 'failed') status = 'running';
     const owner = rtc && this.agent.executor.owns(rtc.session_id);
     const args = String(call.input || '');  // the raw JSON text of the model's arguments

@@ -1,6 +1,7 @@
 // <rtc-session-list>: the user's sessions with new, rename, compact, archive (close/open) and
-// soft delete and the token-usage ring of each session.
+// soft delete and the context ring of each session (views/context-ring.js).
 import { View, esc } from './base.js';
+import { ringSvg } from './context-ring.js';
 
 class SessionList extends View {
   static styles = View.css(`
@@ -28,7 +29,7 @@ class SessionList extends View {
       <div class="top"><button class="primary" data-act="new" style="width:100%">+ New chat</button></div>
       <ul part="sessions">${sessions.map((s) => `
         <li data-id="${esc(s.id)}" aria-current="${s.id === cur}" class="${s.status === 'closed' ? 'closed' : ''}">
-          <div class="row"><span class="title grow">${esc(s.title || 'Untitled')}</span>${ring(s)}</div>
+          <div class="row"><span class="title grow">${esc(s.title || 'Untitled')}</span>${ringSvg(s)}</div>
           <div class="muted">${esc(s.status)}${s.status === 'active' ? ' · working…' : ''}</div>
           <div class="acts">
             <button data-act="rename">Rename</button>
@@ -56,17 +57,6 @@ class SessionList extends View {
     else if (act === 'open') this.agent.unarchive(id);
     else if (act === 'delete' && confirm(`Delete "${s.title || 'Untitled'}"?`)) this.agent.remove(id);
   }
-}
-
-// Context use as a ring: current_context_tokens against the compression threshold.
-function ring(s) {
-  const max = s.compression_threshold || 128000;
-  const used = s.current_context_tokens || 0;
-  const pct = Math.min(100, Math.round((used / max) * 100));
-  const c = 2 * Math.PI * 7;
-  return `<svg width="18" height="18" viewBox="0 0 18 18" aria-label="context ${pct}%"><title>${used} / ${max} tokens (${s.total_tokens || 0} in total)</title>
-    <circle cx="9" cy="9" r="7" fill="none" stroke="#e3e6ee" stroke-width="3"/>
-    <circle cx="9" cy="9" r="7" fill="none" stroke="#2952cc" stroke-width="3" stroke-dasharray="${(c * pct) / 100} ${c}" transform="rotate(-90 9 9)"/></svg>`;
 }
 
 customElements.define('rtc-session-list', SessionList);

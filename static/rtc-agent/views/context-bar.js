@@ -1,0 +1,113 @@
+// <rtc-context-bar>: one line above the open session's conversation: the context ring with its
+// figures in words (views/context-ring.js), and "Session memories (n)", which opens the list of
+// what was saved to memory in this session (lib/memories.js: fetched when the session opens, when
+// a memory tool's result arrives, when a turn ends and when the list is opened). The skeleton is
+// built once and only its text changes, so the toggle keeps its focus while Updates stream in.
+import { View, esc } from './base.js';
+import { contextFigures, ringSvg } from './context-ring.js';
+
+class ContextBar extends View {
+  static styles = View.css(`
+    :host { display: block; border-bottom: 1px solid #e3e6ee; font-size: 12.5px; }
+    :host([hidden]) { display: none; }
+    .bar { display: flex; gap: 8px; align-items: center; padding: 4px 12px; }
+    .bar .ringbox { display: inline-flex; }
+    .bar button { padding: 0 8px; font-size: 12px; }
+    .pct[data-level="near"] { color: #d9480f; } .pct[data-level="over"] { color: #b3261e; }
+    section { padding: 4px 12px 8px; max-height: 180px; overflow: auto; background: #fafbfd; border-top: 1px solid #eef0f5; }
+    ul { list-style: none; margin: 0; padding: 0; }
+    li { padding: 3px 0; display: flex; gap: 6px; align-items: baseline; border-bottom: 1px dashed #eef0f5; }
+    li:last-child { border-bottom: 0; }
+    .cat { font-size: 11px; border-radius: 10px; padding: 0 7px; background: #eef0f5; color: #4a5266; white-space: nowrap; }
+    .content { white-space: pre-wrap; flex: 1; min-width: 0; overflow-wrap: anywhere; }
+    .status:empty { display: none; }
+    .status[data-state="error"] { color: #9b2a20; }
+    .foot { margin-top: 4px; }
+  `);
+
+  constructor() {
+    super();
+    this.open = false;
+    this.root.innerHTML = `
+      <div class="bar" part="context-bar">
+        <span class="ringbox"></span>
+        <span class="grow"><b class="pct"></b> <span class="muted detail"></span></span>
+        <button type="button" data-act="toggle" aria-expanded="false" aria-controls="session-memories">Session memories <span class="count"></span></button>
+      </div>
+      <section id="session-memories" part="session-memories" aria-label="Memories saved in this session" hidden>
+        <div class="status muted" role="status"></div>
+        <ul aria-label="Memories saved in this session"></ul>
+        <div class="foot"><button type="button" data-act="page">All your memories…</button></div>
+      </section>`;
+    this.root.addEventListener('click', (e) => {
+      const act = e.target.closest('button')?.dataset.act;
+      if (act === 'toggle') this.toggle();
+      else if (act === 'page') this.agent.memories.openPage();
+      else if (act === 'retry') this.agent.memories.loadSession(this.agent.store.state.currentSession);
+    });
+  }
+
+  toggle() {
+    this.open = !this.open;
+    const sid = this.agent.store.state.currentSession;
+    if (this.open && sid) this.agent.memories.refreshSession(sid, 0);
+    this.update(this.agent.store.state);
+  }
+
+  update(state) {
+    const sid = state.currentSession;
+    const session = sid && state.sessions[sid];
+    this.hidden = !session;
+    if (!session) return;
+    const f = contextFigures(session);
+    const ring = ringSvg(session, 20);
+    const box = this.root.querySelector('.ringbox');
+    if (this._ring !== ring) { box.innerHTML = ring; this._ring = ring; }
+    const pct = this.root.querySelector('.pct');
+    pct.textContent = `${f.pct}% context`;
+    pct.dataset.level = f.level;
+    this.root.querySelector('.detail').textContent = [f.tokens, f.rounds, f.cost].filter(Boolean).join(' · ');
+
+    const mem = state.sessionMemories[sid] || { status: 'loading' };
+    const notes = mem.notes || [];
+    const saved = mem.saved || [];
+    const count = notes.length + saved.length;
+    this.root.querySelector('.count').textContent = `(${count})`;
+    const toggle = this.root.querySelector('[data-act=toggle]');
+    toggle.setAttribute('aria-expanded', String(this.open));
+    const section = this.root.querySelector('section');
+    section.hidden = !this.open;
+    if (!this.open) return;
+    const status = this.root.querySelector('.status');
+    status.dataset.state = mem.status;
+    if (mem.status === 'error') {
+      if (status.dataset.error !== mem.error) {
+        status.innerHTML = `Could not load the memories: ${esc(mem.error)} <button type="button" data-act="retry">Retry</button>`;
+        status.dataset.error = mem.error;
+      }
+    } else {
+      status.dataset.error = '';
+      status.textContent = mem.status === 'loading' && !count ? 'Loading…'
+        : !count ? 'Nothing saved in this session yet: what the agent keeps in memory shows here.' : '';
+    }
+    // Saved for later sessions first (the user's own memories, also on the memories page), then
+    // the session's notes (what compaction and later turns of this session start from).
+    const row = (m, kind, tag) => `<li data-kind="${kind}" data-id="${esc(m.id)}"><span class="cat" title="${kind === 'user' ? 'Kept for your later sessions' : 'A note of this session'}">${esc(tag)}</span>`
+      + `<span class="content">${esc(m.content)}</span>`
+      + (m.created_at ? `<time class="muted" datetime="${esc(m.created_at)}">${esc(shortTime(m.created_at))}</time>` : '')
+      + '</li>';
+    const html = saved.map((m) => row(m, 'user', `${m.category || 'memory'} · ${m.importance || ''}`)).join('')
+      + notes.map((m) => row(m, 'session', m.category || 'note')).join('');
+    const list = this.root.querySelector('ul');
+    if (this._list !== html) { list.innerHTML = html; this._list = html; }
+  }
+}
+
+export function shortTime(iso) {
+  const d = new Date(iso);
+  if (Number.isNaN(d.getTime())) return '';
+  const today = new Date().toDateString() === d.toDateString();
+  return today ? d.toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' }) : d.toLocaleDateString();
+}
+
+customElements.define('rtc-context-bar', ContextBar);
