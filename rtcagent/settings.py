@@ -92,6 +92,7 @@ INSTALLED_APPS = [
     "apps.memory",
     "apps.storage",
     "apps.attachments",
+    "apps.tasks",
     "apps.gateway",
     "apps.ops",
 ]

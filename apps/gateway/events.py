@@ -21,7 +21,7 @@ from . import stream
 
 log = logging.getLogger(__name__)
 
-ENTITIES = ("session", "turn", "message", "rtc", "file")
+ENTITIES = ("session", "turn", "message", "rtc", "file", "goal", "loop")
 ACTIONS = ("created", "updated", "deleted")
 
 

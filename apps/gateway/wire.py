@@ -230,7 +230,9 @@ def entity(name: str) -> Callable[[type[WireSerializer]], type[WireSerializer]]:
 
 
 class UpdateItem(WireSerializer):
-    entity = serializers.ChoiceField(choices=["session", "turn", "message", "rtc", "file"])
+    entity = serializers.ChoiceField(
+        choices=["session", "turn", "message", "rtc", "file", "goal", "loop"]
+    )
     action = serializers.ChoiceField(choices=["created", "updated", "deleted"])
     entity_id = Id()
 

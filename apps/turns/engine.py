@@ -13,7 +13,13 @@ Invariants:
   an RTC once per tool call id and a message once per key).
 * The model is only sent complete pairs: an assistant message with tool calls enters the
   transcript together with the results of all its calls, so a call is never sent without its
-  result, nor a result without its call.
+  result, nor a result without its call. Every prompt passes ``validate`` right before it is
+  sent, whatever built it: an orphan there is a bug, logged as an error and dropped.
+* The prompt comes from ``ports.prompt(cp, tools)`` when the ports build it themselves (the
+  Django ports: layout, budgets, compaction, ``apps.turns.context``), else it is
+  ``history() + transcript``. When the provider answers "context too long" and the ports can
+  shrink the prompt (``context_overflow``, whose state is in ``cp.context``), the answer is
+  asked once more; otherwise the ``context`` error fails the turn.
 * Tool calls of one answer run one at a time, in order; at most one RTC waits per turn.
 """
 
@@ -47,9 +53,14 @@ class Checkpoint:
     results: list[dict[str, Any]] = field(default_factory=list)  # tool messages done so far
     waiting_rtc: str = ""
     usage: dict[str, int] = field(default_factory=dict)
+    # the prompt pipeline's state (reactive level, target, retried step): ``apps.turns.context``
+    context: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return self.__dict__.copy()
+        data = self.__dict__.copy()
+        if not data["context"]:  # absent unless used: checkpoints of short turns stay as they were
+            del data["context"]
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Checkpoint:
@@ -71,6 +82,7 @@ class TurnPorts(Protocol):
     def load(self) -> Checkpoint | None: ...
     def save(self, cp: Checkpoint) -> None: ...
     def history(self) -> list[dict[str, Any]]: ...  # system prompt + conversation so far
+    # optional: ``prompt(cp, tools) -> messages`` and ``context_overflow(cp) -> bool``
     def tools(self) -> list[dict[str, Any]]: ...
     def should_cancel(self) -> bool: ...
     # streaming output of answer ``step``
@@ -89,6 +101,83 @@ class TurnPorts(Protocol):
     def complete(self, cp: Checkpoint) -> None: ...
     def cancel(self, cp: Checkpoint) -> None: ...
     def fail(self, error: LLMError) -> None: ...
+
+
+# --- the validator ----------------------------------------------------------------------------
+
+
+def violations(messages: list[dict[str, Any]]) -> list[str]:
+    """The pairing problems of ``messages`` (empty when the prompt may be sent)."""
+    return _repair(messages)[1]
+
+
+def validate(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``messages`` with every tool call answered and every result called: the one validator
+    every prompt passes before it is sent.
+
+    Unchanged (the same list) when nothing is wrong. Otherwise the orphans are dropped (a call
+    without its result, a result without its call, a repeated result) and the problem is
+    logged as an error: the engine, the stores and compaction all keep pairs whole, so an
+    orphan here means one of them has a bug."""
+    repaired, problems = _repair(messages)
+    if not problems:
+        return messages
+    log.error("prompt invariant violated, repaired before sending (a bug): %s",
+              "; ".join(problems))
+    return repaired
+
+
+def _repair(messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
+    out: list[dict[str, Any]] = []
+    problems: list[str] = []
+    i = 0
+    while i < len(messages):
+        m = messages[i]
+        if m.get("role") == "tool":
+            problems.append(f"result {m.get('tool_call_id')!r} at {i} answers no call")
+            i += 1
+            continue
+        calls = m.get("tool_calls") if m.get("role") == "assistant" else None
+        if not calls:
+            if m.get("role") == "assistant" and "tool_calls" in m:
+                problems.append(f"assistant message at {i} has an empty tool_calls list")
+                m = {k: v for k, v in m.items() if k != "tool_calls"}
+            if m.get("role") == "assistant" and m.get("content") is None:
+                problems.append(f"assistant message at {i} has neither content nor calls")
+            else:
+                out.append(m)
+            i += 1
+            continue
+        j = i + 1
+        while j < len(messages) and messages[j].get("role") == "tool":
+            j += 1
+        unique: list[dict[str, Any]] = []
+        for call in calls:
+            if any(c.get("id") == call.get("id") for c in unique):
+                problems.append(f"call {call.get('id')!r} at {i} appears twice")
+            else:
+                unique.append(call)
+        ids = [c.get("id") for c in unique]
+        answered: dict[Any, int] = {}  # call id -> index of its result
+        for k in range(i + 1, j):
+            rid = messages[k].get("tool_call_id")
+            if rid not in ids:
+                problems.append(f"result {rid!r} at {k} answers no call of message {i}")
+            elif rid in answered:
+                problems.append(f"result {rid!r} at {k} repeats an answer")
+            else:
+                answered[rid] = k
+        kept = [c for c in unique if c.get("id") in answered]
+        missing = [cid for cid in ids if cid not in answered]
+        if missing:
+            problems.append(f"calls {missing!r} at {i} have no result")
+        if kept:
+            out.append(m if len(kept) == len(calls) else {**m, "tool_calls": kept})
+            out.extend(messages[k] for k in sorted(answered.values()))
+        elif m.get("content"):
+            out.append({k: v for k, v in m.items() if k != "tool_calls"})
+        i = j
+    return out, problems
 
 
 def _parse_arguments(raw: str) -> tuple[dict[str, Any] | None, str]:
@@ -158,30 +247,52 @@ def _advance(ports: TurnPorts, cp: Checkpoint) -> str:
             return outcome
 
 
+def _prompt(ports: TurnPorts, cp: Checkpoint, tools: list[dict[str, Any]] | None
+            ) -> list[dict[str, Any]]:
+    build = getattr(ports, "prompt", None)
+    messages = build(cp, tools) if build is not None else ports.history() + cp.transcript
+    return validate(messages)
+
+
+def _overflow(ports: TurnPorts, cp: Checkpoint) -> bool:
+    """The provider found the prompt too long: can the ports shrink it for one more try?"""
+    shrink = getattr(ports, "context_overflow", None)
+    if shrink is None or not shrink(cp):
+        return False
+    ports.save(cp)  # the reactive level survives a restart
+    return True
+
+
 def _answer(ports: TurnPorts, cp: Checkpoint) -> str | None:
     """One LLM answer. Returns a final outcome, or None when tool calls are to run."""
     step = cp.step
-    text, reasoning, calls, usage = [], [], [], None
-    try:
-        for event in ports.llm.stream(
-            ports.history() + cp.transcript, ports.tools() or None,
-            should_cancel=ports.should_cancel,
-        ):
-            if isinstance(event, TextDelta):
-                text.append(event.text)
-                ports.delta(step, "markdown", event.text)
-            elif isinstance(event, ReasoningDelta):
-                reasoning.append(event.text)
-                ports.delta(step, "thinking", event.text)
-            elif isinstance(event, ToolCall):
-                calls.append({"id": event.id, "name": event.name, "arguments": event.arguments})
-            elif isinstance(event, Usage):
-                usage = event
-    except Cancelled:
-        ports.finish_answer(step, "".join(text), "".join(reasoning), usage, cancelled=True)
-        _add_usage(cp, usage)
-        ports.cancel(cp)
-        return CANCELLED
+    tools = ports.tools() or None
+    while True:
+        text, reasoning, calls, usage = [], [], [], None
+        try:
+            messages = _prompt(ports, cp, tools)
+            for event in ports.llm.stream(messages, tools, should_cancel=ports.should_cancel):
+                if isinstance(event, TextDelta):
+                    text.append(event.text)
+                    ports.delta(step, "markdown", event.text)
+                elif isinstance(event, ReasoningDelta):
+                    reasoning.append(event.text)
+                    ports.delta(step, "thinking", event.text)
+                elif isinstance(event, ToolCall):
+                    calls.append({"id": event.id, "name": event.name,
+                                  "arguments": event.arguments})
+                elif isinstance(event, Usage):
+                    usage = event
+        except Cancelled:
+            ports.finish_answer(step, "".join(text), "".join(reasoning), usage, cancelled=True)
+            _add_usage(cp, usage)
+            ports.cancel(cp)
+            return CANCELLED
+        except LLMError as err:
+            if err.category == "context" and not text and not reasoning and _overflow(ports, cp):
+                continue
+            raise
+        break
     full = "".join(text)
     ports.finish_answer(step, full, "".join(reasoning), usage)
     _add_usage(cp, usage)

@@ -4,6 +4,11 @@ Every write is one transaction that records its Update through ``publish_update`
 the engine may repeat after a crash is idempotent: messages the engine creates carry a
 server-made ``client_id`` (``turn:<id>:<step>:<part>``) that is unique per user, and RTCs are
 unique per (turn, tool call id).
+
+The prompt of each call is built by ``apps.turns.context`` (layout, budgets, compaction); the
+tools offered are the browser tools, the page's host functions and the server tools of
+``apps.turns.server_tools``, which run here; each answer is accounted for by
+``apps.turns.accounting.record_answer``, which also adds it to the turn's and session's totals.
 """
 
 from __future__ import annotations
@@ -15,11 +20,8 @@ from collections.abc import Callable
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F
 from django.utils import timezone
 
-from apps.attachments.prompt import user_content
-from apps.attachments.services import attachments_for_conversation, files_of, image_data_url
 from apps.gateway.events import item, publish_live, publish_update
 from apps.rtc import tools as rtc_tools
 from apps.rtc.models import TERMINAL_RTC_STATUSES, Rtc, RtcStatus
@@ -33,11 +35,14 @@ from apps.sessions.serializers import (
     session_to_dict,
 )
 from apps.sessions.services import session_allocate_offsets
-from apps.turns import state
+from apps.turns import accounting, server_tools, state
+from apps.turns.context import SYSTEM_PROMPT, Built, TurnContext, system_text
+from apps.turns.conversation import conversation_for
 from apps.turns.engine import Checkpoint, RtcOutcome
 from apps.turns.llm import ChatModel, Usage
 from apps.turns.llm_errors import LLMError
 from apps.turns.models import Turn, TurnStatus
+from apps.turns.profiles import ModelProfile, profile_for
 from apps.turns.serializers import turn_to_dict
 from apps.turns.services import turn_transition
 from rtcagent.conf import rtc_setting
@@ -47,11 +52,7 @@ from rtcagent.redis import get_redis
 log = logging.getLogger(__name__)
 
 ERRORS_PER_HOUR = 20
-SYSTEM_PROMPT = (
-    "You are an agent whose tools run in the user's browser, on the user's device: a virtual "
-    "file system (ls, read, write, edit, grep, find), a JavaScript sandbox (script) and "
-    "questions to the user (askUser). Read before you edit. Keep answers concise; use Markdown."
-)
+__all__ = ["SYSTEM_PROMPT", "DjangoTurnPorts", "HoldLost", "conversation_for", "tools_for"]
 
 
 def _call_key(call_id: str) -> str:
@@ -61,78 +62,14 @@ def _call_key(call_id: str) -> str:
     return "h" + hashlib.sha256(call_id.encode()).hexdigest()[:40]
 
 
-def conversation_for(session: Session, turn: Turn | None = None) -> list[dict[str, Any]]:
-    """The conversation before ``turn`` (with its trigger message), or the whole session.
-
-    Messages sent while an earlier turn ran have lower offsets than that turn's answers, so the
-    order is by the offset of each turn's trigger message, then by position in the turn. It
-    starts at the latest ``summary`` (a compaction replaces what came before it).
-    """
-    rows = list(Message.objects.filter(session_id=session.id, deleted_at__isnull=True))
-    starts = dict(
-        Turn.objects.filter(session_id=session.id)
-        .exclude(trigger_message=None)
-        .values_list("id", "trigger_message__global_offset")
-    )
-
-    def key(m: Message) -> tuple[int, int]:
-        return (starts.get(m.turn_id, m.global_offset), m.turn_offset if m.turn_id else 0)
-
-    trigger = turn.trigger_message if turn is not None else None
-    chosen = sorted(
-        (m for m in rows if trigger is None or key(m) <= key(trigger)), key=key
-    )
-    summaries = [i for i, m in enumerate(chosen) if m.content.get("type") == ContentType.SUMMARY]
-    if summaries:
-        chosen = chosen[summaries[-1]:]
-    return _conversation(chosen)
-
-
-def _conversation(messages: list[Message]) -> list[dict[str, Any]]:
-    """Chat Completions messages for stored rows; tool calls only with their results.
-
-    A result is paired with its call by ``parent_message_id`` (tool call ids repeat across
-    answers with many models). User messages carry their attachments (images as image parts,
-    text files in ``<file_content>``, skipped ones as a note); files not processed yet are
-    processed here first, so before the first LLM call that includes them
-    (``apps.attachments.services``)."""
-    attachments = attachments_for_conversation(messages)
-    outputs = {
-        m.parent_message_id: m
-        for m in messages
-        if m.content.get("type") == ContentType.TOOLCALL_OUTPUT and m.parent_message_id
-    }
-    out: list[dict[str, Any]] = []
-    for m in messages:
-        kind, data = m.content.get("type"), m.content.get("data")
-        if kind == ContentType.SUMMARY:
-            text = "\n\n".join(str(part.get("content", "")) for part in data or [])
-            out.append({"role": "system", "content": f"Summary of the conversation:\n{text}"})
-        elif m.role == MessageRole.USER:
-            text = data.get("text", "") if isinstance(data, dict) else str(data)
-            files = files_of(m)
-            content = (user_content(text, files, attachments.get(m.id, []), image_data_url)
-                       if files else text)
-            out.append({"role": "user", "content": content})
-        elif kind == ContentType.MARKDOWN and data:
-            out.append({"role": "assistant", "content": data})
-        elif kind == ContentType.TOOLCALL_INPUT and m.id in outputs:
-            result = outputs[m.id].content["data"]
-            out.append(
-                {
-                    "role": "assistant",
-                    "content": None,
-                    "tool_calls": [
-                        {
-                            "id": data["id"],
-                            "type": "function",
-                            "function": {"name": data["tool_name"], "arguments": data["input"]},
-                        }
-                    ],
-                }
-            )
-            out.append({"role": "tool", "tool_call_id": data["id"], "content": result["output"]})
-    return out
+def tools_for(session: Session) -> list[dict[str, Any]]:
+    """The tools offered to the model, in a stable order (they lead the cached prefix): the
+    browser tools, the page's host functions, then the server tools sorted by name. A host
+    function named like a server tool is left out (the server tool would run instead)."""
+    served = set(server_tools.names())
+    hosts = [t for t in rtc_tools.host_schemas(session.host_functions)
+             if t["function"]["name"] not in served]
+    return rtc_tools.schemas() + hosts + server_tools.schemas()
 
 
 class HoldLost(BaseException):
@@ -146,12 +83,21 @@ class DjangoTurnPorts:
     """The engine's ports for one turn, backed by the ORM, Redis and the channel layer."""
 
     def __init__(
-        self, turn: Turn, llm: ChatModel, lost: Callable[[], bool] = lambda: False
+        self, turn: Turn, llm: ChatModel, lost: Callable[[], bool] = lambda: False,
+        *, profile: ModelProfile | None = None,
     ) -> None:
         self.turn = turn
         self.llm = llm
         self._lost = lost
         self.session = Session.objects.get(pk=turn.session_id)
+        self.profile = profile or profile_for(getattr(llm, "model", None))
+        self.context = TurnContext(
+            session=self.session, turn=turn, llm=llm, profile=self.profile,
+            should_cancel=self.should_cancel, on_summary_usage=self._summary_usage,
+        )
+        self._tools: list[dict[str, Any]] | None = None
+        self._step = 0
+        self._last_call_msg: Message | None = None
         self.tid = str(turn.id)
         self.user_id = turn.user_id
         self._streams: dict[tuple[int, str], Message] = {}
@@ -179,13 +125,24 @@ class DjangoTurnPorts:
         state.checkpoint_save(self.tid, cp.to_json())
 
     def history(self) -> list[dict[str, Any]]:
-        prompt = SYSTEM_PROMPT + f"\nWork mode: {self.session.work_mode}."
-        if self.session.agent_prompt:
-            prompt += "\n\n" + self.session.agent_prompt
-        return [{"role": "system", "content": prompt}, *conversation_for(self.session, self.turn)]
+        """The stored conversation before the turn, as stored (no budget, no compaction)."""
+        return [{"role": "system", "content": system_text(self.session, "")},
+                *conversation_for(self.session, self.turn)]
+
+    def prompt(self, cp: Checkpoint, tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+        """The next request (``apps.turns.context``): the conversation from the database,
+        this turn's answers included, laid out for the cache and compacted as needed."""
+        self._step = cp.step
+        return self.context.build(cp, tools).messages
+
+    def context_overflow(self, cp: Checkpoint) -> bool:
+        return self.context.overflow(cp)
 
     def tools(self) -> list[dict[str, Any]]:
-        return rtc_tools.schemas() + rtc_tools.host_schemas(self.session.host_functions)
+        """Read once per run of the turn, so every call of the run offers the same bytes."""
+        if self._tools is None:
+            self._tools = tools_for(self.session)
+        return self._tools
 
     def should_cancel(self) -> bool:
         self._check_hold()  # polled between chunks: a lost hold stops the stream at once
@@ -283,6 +240,7 @@ class DjangoTurnPorts:
     ) -> None:
         # A stopped answer keeps its partial text; it is marked failed (never "completed").
         status = "failed" if cancelled else "completed"
+        answer: Message | None = None
         for kind, body in (("thinking", reasoning), ("markdown", text)):
             self._texts.pop((step, kind), None)
             msg = self._streams.pop((step, kind), None)
@@ -306,21 +264,47 @@ class DjangoTurnPorts:
                     output_tokens=usage.completion_tokens,
                     total_tokens=usage.total_tokens,
                     cached_tokens=usage.cached_tokens,
+                    reasoning_tokens=usage.reasoning_tokens,
                 )
+            if kind == "markdown":
+                answer = msg
             self._update_message(msg, **fields)
+        built: Built | None = self.context.last
+        accounting.record_answer(
+            turn_id=self.turn.id, session_id=self.session.id,
+            message_id=answer.id if answer is not None else None, step=step,
+            model=self.profile.name, usage=usage,
+            prompt_estimate=built.tokens if built is not None else 0,
+            shared_prefix_ratio=built.shared_prefix_ratio if built is not None else None,
+        )
+
+    def _summary_usage(self, usage: Usage) -> None:
+        """A compaction's summary call inside this turn: billed, the context fields left alone
+        (its prompt is not the conversation)."""
+        accounting.record_answer(
+            turn_id=self.turn.id, session_id=self.session.id, message_id=None, step=self._step,
+            model=self.profile.name, usage=usage, prompt_estimate=0, shared_prefix_ratio=None,
+            updates_context=False,
+        )
 
     # --- tools ------------------------------------------------------------------------------
 
     def is_server_tool(self, name: str) -> bool:
-        return False
+        return server_tools.get(name) is not None
 
     def run_server_tool(self, name: str, arguments: dict[str, Any]) -> str:
-        raise LookupError(name)
+        """Run it in this worker (``apps.turns.server_tools``), for the call just recorded."""
+        call_msg = self._last_call_msg
+        ctx = server_tools.ToolContext(
+            user_id=self.user_id, session_id=str(self.session.id), turn_id=self.tid,
+            message_id=str(call_msg.id) if call_msg is not None else None,
+        )
+        return server_tools.run(name, ctx, arguments)
 
     def record_call(self, step: int, call: dict[str, Any]) -> None:
         """The ``toolcall_input`` message: api.yaml's ``ToolCall`` as the model issued it."""
         data = ToolCallInput.make(id=call["id"], tool_name=call["name"], input=call["arguments"])
-        self._call_msgs[(step, call["id"])] = self._message(
+        self._call_msgs[(step, call["id"])] = self._last_call_msg = self._message(
             f"{step}:call:{_call_key(call['id'])}",
             MessageRole.ASSISTANT,
             {"type": ContentType.TOOLCALL_INPUT, "data": data},
@@ -399,27 +383,17 @@ class DjangoTurnPorts:
     # --- lifecycle --------------------------------------------------------------------------
 
     def _turn_to(self, to: str, **values: Any) -> bool:
+        """Token totals are not among ``values``: ``accounting.record_answer`` adds each
+        answer's usage to the turn and the session as it arrives."""
         with transaction.atomic():
             try:
                 turn = turn_transition(turn_id=self.turn.id, to=to, values=values or None)
             except InvalidState:
                 self.turn = Turn.objects.get(pk=self.turn.id)
                 return False
-            if values:
-                _add_session_usage(turn.session_id, values)
             publish_turn(turn)
             self.turn = turn
             return True
-
-    @staticmethod
-    def _usage_values(cp: Checkpoint) -> dict[str, int]:
-        u = cp.usage
-        return {
-            "input_tokens": u.get("prompt_tokens", 0),
-            "output_tokens": u.get("completion_tokens", 0),
-            "total_tokens": u.get("total_tokens", 0),
-            "cached_tokens": u.get("cached_tokens", 0),
-        }
 
     def begin(self) -> bool:
         """The turn runs (from pending or, on a resume, from interrupted); False if it ended."""
@@ -432,12 +406,12 @@ class DjangoTurnPorts:
             self._turn_to(TurnStatus.INTERRUPTED)
 
     def complete(self, cp: Checkpoint) -> None:
-        self._turn_to(TurnStatus.COMPLETED, **self._usage_values(cp))
+        self._turn_to(TurnStatus.COMPLETED)
         state.checkpoint_delete(self.tid)
 
     def cancel(self, cp: Checkpoint) -> None:
         close_open_rtcs(self.turn, reason="the turn was stopped")
-        self._turn_to(TurnStatus.CANCELLED, **self._usage_values(cp))
+        self._turn_to(TurnStatus.CANCELLED)
         state.checkpoint_delete(self.tid)
 
     def fail(self, error: LLMError) -> None:
@@ -452,16 +426,6 @@ class DjangoTurnPorts:
         if self._turn_to(TurnStatus.FAILED, error_message=f"{error.category}: {error.title}"):
             add_error_message(self.turn, error)
         state.checkpoint_delete(self.tid)
-
-
-def _add_session_usage(session_id: Any, values: dict[str, Any]) -> None:
-    Session.objects.filter(pk=session_id).update(
-        total_input_tokens=F("total_input_tokens") + values.get("input_tokens", 0),
-        total_output_tokens=F("total_output_tokens") + values.get("output_tokens", 0),
-        total_tokens=F("total_tokens") + values.get("total_tokens", 0),
-        total_cached_read_tokens=F("total_cached_read_tokens") + values.get("cached_tokens", 0),
-        last_token_update_at=timezone.now(),
-    )
 
 
 def publish_turn(turn: Turn) -> None:

@@ -2,8 +2,11 @@
 // `element.getToken = async ({deviceId}) => accessJwt`; the widget connects once it has both.
 // A floating bubble opens a panel (normal, maximised or minimised) with the session list, the
 // conversation (under the context bar: the ring and the session's memories), the composer and
-// the file panel; "Memories" swaps the conversation for the memories page.
+// the file panel; "Memories" swaps the conversation for the memories page. Above the
+// conversation, the task panel shows the session's goal, todo list and loops.
 // `window.rtcAgent.registerFunction(...)` lets the page offer its own functions.
+// The page shapes the agent with `agent-prompt="…"` (or the `agentPrompt` property): sent, with
+// the VFS's /AGENT.md, when a message creates a session (lib/agent-prompt.js).
 import { Agent, WORK_MODES } from './lib/agent.js';
 import { registerFunction } from './lib/functions.js';
 import { View, esc } from './views/base.js';
@@ -13,6 +16,7 @@ import './views/composer.js';
 import './views/file-panel.js';
 import './views/context-bar.js';
 import './views/memory-page.js';
+import './views/task-panel.js';
 
 window.rtcAgent = Object.assign(window.rtcAgent || {}, { registerFunction });
 
@@ -54,7 +58,7 @@ class RtcAgent extends View {
           <button data-act="max" title="Maximise">□</button><button data-act="close" title="Close">×</button></header>
         <div class="err" hidden></div>
         <div class="signin" part="signin"><p></p></div>
-        <div class="body" hidden><rtc-session-list></rtc-session-list><div class="chat"><rtc-context-bar></rtc-context-bar><rtc-message-list></rtc-message-list><rtc-composer></rtc-composer></div></div>
+        <div class="body" hidden><rtc-session-list></rtc-session-list><div class="chat"><rtc-context-bar></rtc-context-bar><rtc-task-panel></rtc-task-panel><rtc-message-list></rtc-message-list><rtc-composer></rtc-composer></div></div>
         <div class="page" hidden><rtc-memory-page></rtc-memory-page></div>
       </div>
       <button class="bubble" part="bubble" title="Open the agent" aria-label="Open the agent">✦</button>`;
@@ -90,16 +94,33 @@ class RtcAgent extends View {
   get getToken() { return this._getToken; }
   set getToken(fn) { this._getToken = fn; this.maybeStart(); }
 
-  connectedCallback() { this.maybeStart(); }
+  // The page's agent prompt: the property when set (null or undefined gives the attribute back),
+  // else the `agent-prompt` attribute. Read when a message creates a session, so a change
+  // shapes the next new session; a session keeps the prompt it was created with.
+  get agentPrompt() { return this._agentPrompt ?? (this.getAttribute('agent-prompt') || ''); }
+  set agentPrompt(text) { this._agentPrompt = text === null || text === undefined ? null : String(text); }
+
+  connectedCallback() {
+    // A page may set properties before this element was defined: they sit on the instance and
+    // would hide the class's accessors; they are taken over here.
+    for (const prop of ['getToken', 'agentPrompt']) {
+      if (!Object.hasOwn(this, prop)) continue;
+      const value = this[prop];
+      delete this[prop];
+      this[prop] = value;
+    }
+    this.maybeStart();
+  }
 
   maybeStart() {
     if (this.started || !this._getToken || !this.isConnected) return;
     this.started = true;
     this.root.querySelector('.signin').hidden = true;
     this.root.querySelector('.body').hidden = false;
-    const agent = new Agent({ server: this.getAttribute('server') || location.origin, getToken: this._getToken });
+    const agent = new Agent({ server: this.getAttribute('server') || location.origin, getToken: this._getToken,
+      getAgentPrompt: () => this.agentPrompt });
     this.agent = agent;
-    for (const sel of ['rtc-session-list', 'rtc-message-list', 'rtc-composer', 'rtc-context-bar', 'rtc-memory-page']) this.root.querySelector(sel).agent = agent;
+    for (const sel of ['rtc-session-list', 'rtc-message-list', 'rtc-composer', 'rtc-context-bar', 'rtc-task-panel', 'rtc-memory-page']) this.root.querySelector(sel).agent = agent;
     this.root.querySelector('[data-act=memories]').hidden = false;
     agent.start().then(() => this.dispatchEvent(new CustomEvent('rtc-agent-ready'))).catch((err) => agent.fail(err));
   }

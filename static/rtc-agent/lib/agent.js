@@ -13,13 +13,18 @@ import { runScript } from './sandbox.js';
 import { functions, functionDoc } from './functions.js';
 import { Uploads } from './uploads.js';
 import { Memories } from './memories.js';
+import { Tasks } from './tasks.js';
+import { composeAgentPrompt, readAgentMd } from './agent-prompt.js';
 
 export const WORK_MODES = ['manual', 'edit', 'plan', 'auto', 'bypass'];
 
 export class Agent {
-  constructor({ server, getToken }) {
+  // `getAgentPrompt()` answers the page's agent prompt (the element's `agent-prompt` attribute or
+  // `agentPrompt` property), read when a message creates a session.
+  constructor({ server, getToken, getAgentPrompt = () => '' }) {
     this.server = new URL(server || location.origin, location.href).origin;
     this.getToken = getToken;
+    this.getAgentPrompt = getAgentPrompt;
     this.store = new Store();
     this.deviceId = deviceId();
     // The composer's attachments on their way to the store (presigned PUTs): see lib/uploads.js.
@@ -31,6 +36,8 @@ export class Agent {
     });
     // The user's memories over the owner-only HTTP API: see lib/memories.js.
     this.memories = new Memories({ store: this.store, fetchApi: (path, opts) => this.fetchApi(path, opts) });
+    // Goals, loops, sub-agent trees and the composer's /commands: see lib/tasks.js.
+    this.tasks = new Tasks({ agent: this, store: this.store });
   }
 
   async start() {
@@ -55,7 +62,8 @@ export class Agent {
       store: this.store, db: this.db, conn: this.conn, outbox: this.outbox, deviceId: this.deviceId,
       runTool: (name, params, ctx) => this.runTool(name, params, ctx),
     });
-    this.sync = new Sync({ store: this.store, db: this.db, conn: this.conn, onRtc: (r) => this.executor.onRtc(r) });
+    this.store.watch('sessions', (session, old) => this.executor.onSession(session, old));
+    this.sync = new Sync({ store: this.store, db: this.db, conn: this.conn, onRtc: (r) => this.executor.onRtc(r), tasks: this.tasks });
     const position = await this.sync.restore();
     this.store.set({ user: userId, workMode: WORK_MODES.includes(prefs.workMode) ? prefs.workMode : 'edit', currentSession: prefs.session || null });
     this.conn.start({ token, topic: `topic:u=${userId}`, position });
@@ -120,6 +128,7 @@ export class Agent {
 
   // --- actions -------------------------------------------------------------------------------
   async selectSession(id) {
+    if (id !== this.store.state.currentSession) this.store.state.commandNotice = null;
     this.store.set({ currentSession: id });
     this.savePrefs({ session: id });
     if (id) await this.sync.loadSession(id).catch((e) => this.fail(e));
@@ -134,11 +143,16 @@ export class Agent {
   }
 
   // `files` are the finished uploads as api.yaml's FileAttachment ({fileid, mimetype, extra});
-  // a retry sends the same files with the same client_id.
+  // a retry sends the same files with the same client_id. A message that creates its session
+  // carries the agent prompt (lib/agent-prompt.js), composed once, so a retry sends the same.
+  // -> the session's id, or null when the send failed.
   async send(text, retryOf = null, files = []) {
     const s = this.store.state;
     const pending = retryOf || { client_id: uuid(), text, files, session: s.currentSession,
       client_session_id: `${this.deviceId}:${uuid()}`, failed: false };
+    if (!pending.session && pending.agent_prompt === undefined) {
+      pending.agent_prompt = composeAgentPrompt(this.getAgentPrompt(), await readAgentMd(this.vfs));
+    }
     s.sending = { ...pending, failed: false };
     this.store.changed();
     const data = { text: pending.text };
@@ -150,20 +164,32 @@ export class Agent {
         client_session_id: pending.client_session_id,
         server_session_id: pending.session || '',
         work_mode: s.workMode,
+        ...(pending.agent_prompt ? { agent_prompt: pending.agent_prompt } : {}),
         // The page's registered functions are offered to the model as tools of their own.
         host_functions: [...functions.values()].map(({ name, description, parameters, class: klass }) =>
           ({ name, description, parameters, class: klass })),
       });
       s.sending = null;
       await this.selectSession(res.result.session_id);
+      return res.result.session_id;
     } catch (err) {
       if (err.slug === 'client_id_conflict' && err.details.session_id) {
         s.sending = null;
-        return this.selectSession(err.details.session_id);
+        await this.selectSession(err.details.session_id);
+        return err.details.session_id;
       }
       s.sending = { ...pending, failed: true, error: err.message };
       this.store.changed();
+      return null;
     }
+  }
+
+  // What creates a session for an action other than a message (a /goal or /loop typed in a new
+  // conversation): the same fields a creating v1.message.send carries.
+  async newSessionParams() {
+    const prompt = composeAgentPrompt(this.getAgentPrompt(), await readAgentMd(this.vfs));
+    return { client_session_id: `${this.deviceId}:${uuid()}`, work_mode: this.store.state.workMode,
+      ...(prompt ? { agent_prompt: prompt } : {}) };
   }
 
   retrySend() { if (this.store.state.sending) this.send(null, this.store.state.sending); }

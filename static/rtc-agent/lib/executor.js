@@ -1,6 +1,7 @@
 // Runs the RTCs this device owns, one at a time per RTC id, with these guarantees:
 // * only the session's device runs them (session.device_id, or for sessions created without a
-//   device claim, a client_session_id this device minted); other tabs/devices just show them;
+//   device claim, a client_session_id this device minted, or for a sub-agent's session without
+//   a device, its parent's); other tabs/devices just show them;
 // * `executing` is claimed on the server first: the conditional transition lets one tab win;
 // * a `runs` record is written before the tool starts and the result goes to the outbox in the
 //   same transaction as the record's "finished" mark, so a tool that finished is never run again
@@ -19,11 +20,20 @@ export class Executor {
     this.ready = false; // set once the outbox was drained after a page load
   }
 
-  owns(sessionId) {
+  // A sub-agent's session without a device of its own runs its tools where its parent's run.
+  owns(sessionId, depth = 0) {
     const s = this.store.state.sessions[sessionId];
     if (!s) return false;
     if (s.device_id) return s.device_id === this.deviceId;
+    if (s.parent_server_session_id && depth < 8) return this.owns(s.parent_server_session_id, depth + 1);
     return (s.client_id || '').startsWith(this.deviceId + ':');
+  }
+
+  // A session seen for the first time (a sub-agent's, created while its parent ran): its calls
+  // that arrived before it are looked at again.
+  onSession(session, old) {
+    if (old) return;
+    for (const rtc of Object.values(this.store.state.rtcs)) if (rtc.session_id === session.id) this.onRtc(rtc);
   }
 
   onRtc(rtc) {

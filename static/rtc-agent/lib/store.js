@@ -4,6 +4,8 @@
 // `previews` the local object URLs of sent images, by key, until their thumbnails arrive.
 // `sessionMemories` (by session id) and `memoryPage` are the memories fetched over HTTP
 // (lib/memories.js); `page` is what the panel shows: 'chat' or 'memories'.
+// `goals` and `loops` are the sessions' goal and loop entities (lib/tasks.js), by id;
+// `commandNotice` ({text, kind: 'info'|'error'}) answers a /command typed in the composer.
 export class Store {
   constructor() {
     this.state = {
@@ -11,6 +13,7 @@ export class Store {
       loaded: {}, currentSession: null, workMode: 'edit', view: 'normal', error: '', files: [],
       fileEntities: {}, uploads: [], uploadNotice: '', previews: {},
       sessionMemories: {}, memoryPage: null, page: 'chat',
+      goals: {}, loops: {}, commandNotice: null,
     };
     this.listeners = new Set();
     this.watchers = new Map(); // kind -> Set of fn(entity, old): called for every upsert
@@ -63,9 +66,35 @@ export class Store {
     return out;
   }
 
+  // The session list: root sessions only (a sub-agent's session shows in its parent's
+  // conversation, under the message that started it).
   visibleSessions() {
     return Object.values(this.state.sessions)
-      .filter((s) => !s.deleted_at)
+      .filter((s) => !s.deleted_at && !s.parent_server_session_id)
       .sort((a, b) => (b.updated_at || '').localeCompare(a.updated_at || ''));
+  }
+
+  // The sub-agent sessions a session started, oldest first.
+  childSessions(sessionId) {
+    return Object.values(this.state.sessions)
+      .filter((s) => !s.deleted_at && s.parent_server_session_id === sessionId)
+      .sort((a, b) => (a.created_at || '').localeCompare(b.created_at || ''));
+  }
+
+  // The session's goal to show: the active one, else the latest that ended (null: none yet).
+  sessionGoal(sessionId) {
+    const goals = Object.values(this.state.goals).filter((g) => g.session_id === sessionId);
+    return goals.find((g) => g.status === 'active')
+      || goals.sort((a, b) => (b.created_at || '').localeCompare(a.created_at || ''))[0] || null;
+  }
+
+  // The session's loops: active ones first (soonest run first), then those that ended, newest first.
+  sessionLoops(sessionId) {
+    const loops = Object.values(this.state.loops).filter((l) => l.session_id === sessionId);
+    const active = loops.filter((l) => l.status === 'active')
+      .sort((a, b) => (a.next_run_at || '').localeCompare(b.next_run_at || ''));
+    const ended = loops.filter((l) => l.status !== 'active')
+      .sort((a, b) => (b.updated_at || '').localeCompare(a.updated_at || ''));
+    return [...active, ...ended];
   }
 }

@@ -2,16 +2,20 @@
 // the topic position are persisted together (one IndexedDB transaction) so that a reload can
 // resume from exactly the position that matches the cached state. When the server answers
 // `recovered: false` (or there is nothing stored) everything is reloaded through RPC queries.
-// `file` entities are the attachments the server processed (kind, status, warning, thumbnail).
-const KINDS = { session: 'sessions', message: 'messages', rtc: 'rtcs', turn: 'turns', file: 'fileEntities' };
+// `file` entities are the attachments the server processed (kind, status, warning, thumbnail);
+// `goal` and `loop` entities a session's goal and loops (lib/tasks.js, which also loads them,
+// and a session's sub-agents, when a session is loaded).
+const KINDS = { session: 'sessions', message: 'messages', rtc: 'rtcs', turn: 'turns', file: 'fileEntities', goal: 'goals', loop: 'loops' };
 // The wire shape of the cached entities: a snapshot of another shape is dropped, so everything is
 // reloaded (2: tool call messages carry api.yaml's {id, tool_name, input, output, status};
-// 3: the snapshot keeps `file` entities).
-const FORMAT = 3;
+// 3: the snapshot keeps `file` entities; 4: and `goal` and `loop` entities).
+const FORMAT = 4;
+const KEPT = ['sessions', 'messages', 'rtcs', 'fileEntities', 'goals', 'loops', 'loaded'];
 
 export class Sync {
-  constructor({ store, db, conn, onRtc }) {
+  constructor({ store, db, conn, onRtc, tasks }) {
     this.store = store;
+    this.tasks = tasks;
     this.db = db;
     this.conn = conn;
     this.onRtc = onRtc;
@@ -23,8 +27,7 @@ export class Sync {
   async restore() {
     const snap = await this.db.get('kv', 'snapshot');
     if (!snap || snap.format !== FORMAT) return null;
-    const { sessions, messages, rtcs, fileEntities, loaded } = snap.state;
-    Object.assign(this.store.state, { sessions, messages, rtcs, fileEntities, loaded });
+    for (const key of KEPT) this.store.state[key] = snap.state[key] || {};
     this.position = snap.position;
     this.store.changed();
     return snap.position;
@@ -37,8 +40,8 @@ export class Sync {
   }
 
   async persist() {
-    const { sessions, messages, rtcs, fileEntities, loaded } = this.store.state;
-    const snap = { format: FORMAT, position: this.position, state: { sessions, messages, rtcs, fileEntities, loaded } };
+    const state = Object.fromEntries(KEPT.map((key) => [key, this.store.state[key]]));
+    const snap = { format: FORMAT, position: this.position, state };
     await this.db.putMany([['kv', snap, 'snapshot']]);
   }
 
@@ -70,7 +73,7 @@ export class Sync {
 
   async reloadAll() {
     const s = this.store.state;
-    s.sessions = {}; s.messages = {}; s.rtcs = {}; s.fileEntities = {}; s.loaded = {};
+    for (const key of KEPT) s[key] = {};
     let cursor = '';
     for (let page = 0; page < 10; page++) {
       const res = await this.conn.rpc('v1.session.list', { cursor, limit: 50 });
@@ -78,9 +81,24 @@ export class Sync {
       if (!res.next_cursor) break;
       cursor = res.next_cursor;
     }
+    await this.fetchLineage(s.currentSession);
     const active = Object.values(s.sessions).filter((x) => x.status === 'active' || x.id === s.currentSession);
     for (const session of active) await this.loadSession(session.id, true);
     this.store.changed();
+  }
+
+  // `v1.session.list` lists root sessions: an open sub-agent's session, and the sessions above
+  // it (for the way back), are fetched one by one.
+  async fetchLineage(sessionId) {
+    for (let id = sessionId, depth = 0; id && depth < 8; depth++) {
+      let session = this.store.state.sessions[id];
+      if (!session) {
+        try { session = (await this.conn.rpc('v1.session.get', { session_id: id })).item; } catch { return; }
+        if (!session) return;
+        this.store.upsert('sessions', session);
+      }
+      id = session.parent_server_session_id;
+    }
   }
 
   // Messages and RTCs of one session (once, or again when forced).
@@ -107,6 +125,7 @@ export class Sync {
       if (!res.next_cursor) break;
       fcursor = res.next_cursor;
     }
+    if (this.tasks) await this.tasks.loadSession(sessionId);
     this.store.state.loaded[sessionId] = true;
     this.persistSoon();
   }

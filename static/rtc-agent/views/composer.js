@@ -4,7 +4,12 @@
 // zone shows while files are dragged over it) add files to the upload queue (lib/uploads.js);
 // each is a chip with its size, a thumbnail for images, a progress bar, × (cancel and remove)
 // and, after a failure, Retry. Send waits until every upload has finished.
+// A message starting with a command (`/goal …`, `/loop …`, `/compact`; lib/commands.js) is run
+// instead of sent (lib/tasks.js): a hint lists the commands while one is typed, and the answer
+// shows above the box (what was typed stays when it is refused). A sub-agent's conversation is
+// read-only: no box, a note instead.
 import { View, esc } from './base.js';
+import { commandHints, parseCommand } from '../lib/commands.js';
 import { formatSize } from '../lib/filetypes.js';
 import { documentIcon, imageIcon, paperclip } from './icons.js';
 
@@ -35,6 +40,11 @@ class Composer extends View {
     .chip .line { display: flex; gap: 6px; align-items: center; min-width: 0; white-space: nowrap; }
     .chip progress { flex: 1; min-width: 40px; height: 8px; }
     .chip .err { grid-column: 1 / -1; color: #9b2a20; overflow-wrap: anywhere; }
+    .cmd { font-size: 12px; padding: 4px 8px; border-radius: 6px; margin-bottom: 6px; display: flex; gap: 6px; align-items: flex-start; background: #eef3fd; color: #1d3a8a; }
+    .cmd[data-kind="error"] { background: #fdf1f0; color: #9b2a20; }
+    .cmd span { flex: 1; overflow-wrap: anywhere; } .cmd button { padding: 0 6px; }
+    .hint { font-size: 12px; color: #4a5266; margin-bottom: 4px; } .hint code { font-size: 12px; }
+    .readonly { font-size: 12.5px; color: #4b3a7a; background: #f4f1fb; border-radius: 6px; padding: 6px 8px; }
     .drop { position: absolute; inset: 2px; border: 2px dashed #2952cc; border-radius: 10px; background: rgba(230, 236, 251, .92);
       color: #2952cc; font-weight: 600; display: flex; align-items: center; justify-content: center; pointer-events: none; z-index: 1; }
   `);
@@ -44,8 +54,11 @@ class Composer extends View {
     this.root.innerHTML = `<div class="drop" part="drop-zone" aria-hidden="true" hidden>Drop files to attach them</div>
       <div class="notice" role="alert" hidden><span></span><button type="button" data-act="dismiss" aria-label="Dismiss the message">×</button></div>
       <div class="failed" hidden></div>
+      <div class="cmd" part="command-notice" role="status" hidden><span></span><button type="button" data-act="cmd-dismiss" aria-label="Dismiss">×</button></div>
+      <div class="hint" part="command-hint" hidden></div>
+      <div class="readonly" part="read-only" hidden>A sub-agent's conversation: it is read-only. Its parent's conversation talks to it.</div>
       <ul class="chips" part="attachments" aria-label="Attachments" hidden></ul>
-      <div class="row"><button type="button" class="clip" data-act="attach" aria-label="Attach files" title="Attach files (images and text files)">${paperclip}</button>
+      <div class="row inputrow"><button type="button" class="clip" data-act="attach" aria-label="Attach files" title="Attach files (images and text files)">${paperclip}</button>
       <input type="file" multiple hidden accept="${ACCEPT}">
       <textarea class="grow" part="input" placeholder="Message the agent…" aria-label="Message"></textarea>
       <div><button class="primary" data-act="send">Send</button><br><button data-act="stop" hidden>Stop</button></div></div>`;
@@ -55,6 +68,8 @@ class Composer extends View {
     this.dragDepth = 0;
     this.input.addEventListener('keydown', (e) => { if (e.key === 'Enter' && !e.shiftKey) { e.preventDefault(); this.submit(); } });
     this.input.addEventListener('paste', (e) => this.onPaste(e));
+    this.input.addEventListener('input', () => this.showHint());
+    this.root.querySelector('[data-act=cmd-dismiss]').onclick = () => this.agent.tasks.notice('');
     this.root.querySelector('[data-act=send]').onclick = () => this.submit();
     this.root.querySelector('[data-act=stop]').onclick = () => this.agent.stop(this.agent.store.state.currentSession);
     this.root.querySelector('[data-act=attach]').onclick = () => this.picker.click();
@@ -109,7 +124,32 @@ class Composer extends View {
     this.attach(files);
   }
 
+  // While a command is typed: the commands it may become, with their usage.
+  showHint() {
+    const hints = this.root.querySelector('.inputrow').hidden ? [] : commandHints(this.input.value);
+    const hint = this.root.querySelector('.hint');
+    hint.hidden = !hints.length;
+    hint.innerHTML = hints.map((c) => `<div><code>${esc(c.usage)}</code> ${esc(c.help)}</div>`).join('');
+  }
+
+  async runCommand(text) {
+    if (this.running) return;
+    this.running = true;
+    this.root.querySelector('[data-act=send]').disabled = true;
+    try {
+      const taken = await this.agent.tasks.command(text);
+      if (taken && this.input.value.trim() === text) this.input.value = '';
+    } finally {
+      this.running = false;
+      this.showHint();
+      this.update(this.agent.store.state);
+    }
+  }
+
   submit() {
+    const typed = this.input.value.trim();
+    if (parseCommand(typed)) { this.runCommand(typed); return; } // attachments wait for a message
+    if (this.agent.store.state.commandNotice) this.agent.tasks.notice('');
     const uploads = this.agent.uploads;
     if (uploads.busy) { uploads.notice('The attachments are still uploading: send once they are done.'); return; }
     if (uploads.failed) { uploads.notice('An attachment failed to upload: retry it or remove it (×) before sending.'); return; }
@@ -122,7 +162,16 @@ class Composer extends View {
 
   update(state) {
     const session = state.sessions[state.currentSession];
+    const readOnly = !!(session && session.parent_server_session_id);
+    this.root.querySelector('.inputrow').hidden = readOnly;
+    this.root.querySelector('.readonly').hidden = !readOnly;
+    if (readOnly) this.root.querySelector('.hint').hidden = true;
     this.root.querySelector('[data-act=stop]').hidden = !(session && session.status === 'active');
+    const cmd = this.root.querySelector('.cmd');
+    const said = state.commandNotice;
+    cmd.hidden = !said;
+    cmd.dataset.kind = said ? said.kind : '';
+    cmd.querySelector('span').textContent = said ? said.text : '';
     const failed = this.root.querySelector('.failed');
     const sending = state.sending;
     failed.hidden = !(sending && sending.failed);
@@ -136,7 +185,7 @@ class Composer extends View {
     this.renderChips(state.uploads || []);
     const uploads = this.agent.uploads;
     const send = this.root.querySelector('[data-act=send]');
-    send.disabled = uploads.busy || uploads.failed;
+    send.disabled = uploads.busy || uploads.failed || !!this.running;
     send.title = uploads.busy ? 'Waiting for the attachments to upload' : uploads.failed ? 'An attachment failed to upload' : 'Send';
   }
 

@@ -6,12 +6,18 @@
 // arrived (fetched with the token, shown through a blob: URL, revoked when off screen), the
 // local preview of an image until then, and the server's warning (a file skipped or cut short).
 // A compaction is a mark before the first message it kept, with its summary (views/compaction.js).
+// The sub-agents a message started are drawn under it as a tree (views/subagent-tree.js); a user
+// message a goal or a loop sent says so. A sub-agent's own conversation is read-only.
 import { View, esc } from './base.js';
 import { renderMarkdown } from '../lib/markdown.js';
 import { formatSize } from '../lib/filetypes.js';
 import { documentIcon, imageIcon } from './icons.js';
 import { placeSummaries, summaryHtml } from './compaction.js';
+import { subAgentTreeHtml } from './subagent-tree.js';
 import './prompts.js';
+
+// Server tools whose call the turn waits on (their output arrives when the awaited thing ends).
+const WAITING_SERVER_TOOLS = new Set(['subAgent']);
 
 const STATUS = { pending: 'pending', sent: 'pending', executing: 'running', completed: 'done', failed: 'failed', timeout: 'timed out', rejected: 'rejected' };
 
@@ -50,6 +56,14 @@ class MessageList extends View {
     .att .name { overflow: hidden; text-overflow: ellipsis; white-space: nowrap; display: block; }
     .att[data-status="skipped"] { border-color: #f0b8b2; background: #fdf1f0; }
     .warn { margin: 4px 0 0 20%; color: #8a4b00; background: #fff3d6; border-radius: 6px; padding: 3px 8px; font-size: 12px; }
+    .origin { margin-left: 20%; text-align: right; font-size: 11px; color: #687087; }
+    ul.subagents { list-style: none; margin: 4px 0 0; padding: 0 0 0 14px; border-left: 2px solid #d9d2f0; }
+    ul.subagents ul.subagents { margin-left: 8px; }
+    li.sa { margin: 4px 0; padding: 4px 8px; border: 1px solid #e3def3; border-radius: 8px; background: #fbfaff; font-size: 13px; }
+    li.sa .sa-title { font-weight: 600; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
+    li.sa .sa-open { font-size: 11px; padding: 0 7px; }
+    li.sa .sa-words { overflow-wrap: anywhere; }
+    .subagents-rest > .muted { font-size: 12px; }
   `);
 
   constructor() {
@@ -83,14 +97,26 @@ class MessageList extends View {
     // Server tools (memory, ...) have no RTC: their call ends with a toolcall_output message.
     const outputs = new Map();
     for (const m of items) if (m.parent_message_id && m.content && m.content.type === 'toolcall_output') outputs.set(m.parent_message_id, m);
-    state = { ...state, outputs };
+    const session = sid ? state.sessions[sid] : null;
+    state = { ...state, outputs, sessionActive: !!(session && session.status === 'active'), readOnly: !!(session && session.parent_server_session_id) };
+    // Sub-agents, by the message that started them; those whose message is not shown go last.
+    const children = new Map();
+    for (const child of sid ? store.childSessions(sid) : []) {
+      const key = child.sub_agent_parent_message_id || '';
+      if (!children.has(key)) children.set(key, []);
+      children.get(key).push(child);
+    }
     const atBottom = this.scrollHeight - this.scrollTop - this.clientHeight < 40;
     this.shownThumbs = new Set();
     const wanted = [];
     for (const m of items) {
-      const html = this.renderMessage(m, state, rtcs);
+      const mine = children.get(m.id);
+      children.delete(m.id);
+      const html = this.renderMessage(m, state, rtcs) + (mine ? subAgentTreeHtml(mine, store, esc) : '');
       if (html) wanted.push([m.id, html]);
     }
+    const rest = [...children.values()].flat();
+    if (rest.length) wanted.push(['subagents-rest', `<div class="subagents-rest"><div class="muted">Sub-agents</div>${subAgentTreeHtml(rest, store, esc)}</div>`]);
     if (!wanted.length) wanted.push(['empty', `<div class="empty">${sid ? 'Loading…' : 'Ask the agent anything. It works on files in this browser.'}</div>`]);
     const keep = new Set(wanted.map(([id]) => id));
     for (const [id, n] of this.nodes) if (!keep.has(id)) { n.node.remove(); this.nodes.delete(id); }
@@ -171,7 +197,8 @@ class MessageList extends View {
     switch (type) {
       case 'user_message': {
         const files = data && Array.isArray(data.files) ? this.renderFiles(m, data.files, state) : '';
-        return `<div class="user"><button class="fork" data-fork="${esc(m.id)}" title="Edit and fork from here">Fork</button>${esc((data && data.text) || '')}</div>${files}`;
+        const fork = state.readOnly ? '' : `<button class="fork" data-fork="${esc(m.id)}" title="Edit and fork from here">Fork</button>`;
+        return `${originHtml(data)}<div class="user">${fork}${esc((data && data.text) || '')}</div>${files}`;
       }
       case 'summary': return summaryHtml(m, (text) => this.markdown(m.id, text), esc);
       case 'markdown':
@@ -204,6 +231,8 @@ class MessageList extends View {
     const out = output && (output.content.data || {});
     if (out) status = out.status === 'error' || String(out.output || '').startsWith('[Tool Error]') ? 'failed' : 'done';
     if (local && local.running && rtc.status !== 'completed' && rtc.status !== 'failed') status = 'running';
+    // A server tool the turn waits on (a sync sub-agent) runs until its output arrives.
+    if (!rtc && !out && state.sessionActive && WAITING_SERVER_TOOLS.has(call.tool_name)) status = 'running';
     const owner = rtc && this.agent.executor.owns(rtc.session_id);
     const args = String(call.input || '');  // the raw JSON text of the model's arguments
     const terminal = rtc && ['completed', 'failed', 'timeout', 'rejected'].includes(rtc.status);
@@ -228,6 +257,8 @@ class MessageList extends View {
       navigator.clipboard.writeText(code.textContent).then(() => { copy.textContent = 'Copied'; }, () => { copy.textContent = 'Copy failed'; });
       return;
     }
+    const open = e.target.closest('[data-open-session]');
+    if (open) return this.agent.selectSession(open.dataset.openSession);
     const retry = e.target.closest('[data-retry]');
     if (retry) return this.agent.retryTurn(retry.dataset.retry);
     const fork = e.target.closest('[data-fork]');
@@ -237,6 +268,22 @@ class MessageList extends View {
       if (text) this.agent.fork(msg.session_id, msg.id, text);
     }
   }
+}
+
+// Who sent a user message the user did not type: a goal's round or a loop's run
+// (`content.data.origin`, written by the server).
+function originHtml(data) {
+  const origin = data && data.origin;
+  if (!origin || typeof origin !== 'object') return '';
+  if (origin.kind === 'goal') {
+    const round = Number(origin.round) || 0;
+    return `<div class="origin" part="message-origin">◎ ${round ? `Goal, round ${round + 1}` : 'Goal set'}: sent for you</div>`;
+  }
+  if (origin.kind === 'loop') {
+    const tick = Number(origin.tick);
+    return `<div class="origin" part="message-origin">↻ Loop${Number.isFinite(tick) ? `, tick ${tick + 1}` : ''}: sent for you</div>`;
+  }
+  return '';
 }
 
 customElements.define('rtc-message-list', MessageList);

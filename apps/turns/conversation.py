@@ -1,0 +1,227 @@
+"""The stored conversation of a session, as the model sees it: blocks of Chat Completions messages.
+
+``load(session, turn)`` reads the session's messages and renders them in blocks: a user message,
+a summary, the files a compaction re-injected, or one model answer (its text and every tool call
+of that answer, each followed by its result). Blocks are what compaction keeps or summarises and
+what microcompact looks into; the prompt is their concatenation.
+
+Invariants:
+
+* **Order.** Messages sent while an earlier turn ran have lower offsets than that turn's answers,
+  so the order is by the offset of each turn's trigger message, then by position in the turn.
+* **Complete pairs.** A tool call is rendered only with its stored result (paired by
+  ``parent_message_id``: models reuse call ids such as ``call_0``), so a call cut by a stop, a
+  rejection, a timeout or a crash never reaches the model without its result.
+* **Same bytes as the engine's transcript.** The text and the calls of one answer are one
+  assistant message, as the engine sent them while the turn ran; so the next turn's prompt
+  repeats the previous one byte for byte (the provider's prefix cache hits).
+* **Compaction boundary.** A ``summary`` message replaces what came before the message it
+  points at (``parent_message``: the first message of the kept tail); the prompt starts with the
+  latest summary, then the tail, then what came after. A summary whose tail start is unknown (a
+  fork that did not copy it, or one written before tails were kept) keeps every message it sees.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from apps.attachments.prompt import user_content
+from apps.attachments.services import attachments_for_conversation, files_of, image_data_url
+from apps.sessions.models import ContentType, Message, MessageRole, Session
+from apps.turns.models import Turn
+
+SUMMARY_HEADER = "Summary of the conversation:\n"
+FILES_HEADER = (
+    "Files read before the conversation was summarised, as they were last read (they may have "
+    "changed since; read a file again before editing it):\n"
+)
+FILE_TITLE = "File: "
+# turn:<turn>:<step>:<part>: the text of answer n is written at step n, its calls and their
+# results once the answer is counted, at step n + 1 (``apps.turns.engine``).
+_STEP = re.compile(r"^turn:[^:]+:(\d+):(call|result|markdown|thinking)\b")
+
+
+@dataclass
+class ToolResult:
+    """A tool message of a block, with what microcompact and re-injection need to know."""
+
+    index: int  # position in ``Block.messages``
+    name: str
+    arguments: str
+    output: str  # the whole output as stored
+    offset: int  # global_offset of the stored result: results are cleared in this order
+
+
+@dataclass
+class Block:
+    kind: str  # "summary", "files", "user" or "answer"
+    messages: list[dict[str, Any]]
+    anchor: Any = None  # id of the first stored message: where a tail kept from here starts
+    text: bool = False  # holds text the user or the model wrote (tail retention counts these)
+    results: list[ToolResult] = field(default_factory=list)
+
+
+@dataclass
+class Conversation:
+    blocks: list[Block]
+    summary: Message | None = None  # the latest summary, if the conversation starts at one
+
+
+def load(
+    session: Session, turn: Turn | None = None, *, turn_steps: int = 0
+) -> Conversation:
+    """The conversation before ``turn`` (with its trigger message), or the whole session.
+
+    ``turn_steps`` adds the turn's first ``turn_steps`` answers (complete pairs only): what
+    the turn's next model call continues from. A later answer may have left a partial text
+    behind (a crash mid-stream); it is not part of the conversation until the engine has
+    finished it."""
+    rows = list(Message.objects.filter(session_id=session.id, deleted_at__isnull=True))
+    starts = dict(
+        Turn.objects.filter(session_id=session.id)
+        .exclude(trigger_message=None)
+        .values_list("id", "trigger_message__global_offset")
+    )
+
+    def key(m: Message) -> tuple[int, int]:
+        return (starts.get(m.turn_id, m.global_offset), m.turn_offset if m.turn_id else 0)
+
+    trigger = turn.trigger_message if turn is not None else None
+    summaries = sorted(
+        (m for m in rows if m.content.get("type") == ContentType.SUMMARY),
+        key=lambda m: m.global_offset,
+    )
+    chosen = sorted(
+        (
+            m for m in rows
+            if m.content.get("type") != ContentType.SUMMARY
+            and (trigger is None or key(m) <= key(trigger) or _in_steps(m, turn, turn_steps))
+        ),
+        key=key,
+    )
+    summary = summaries[-1] if summaries else None
+    if summary is not None:
+        by_id = {m.id: m for m in rows}
+        start = by_id.get(summary.parent_message_id)
+        if start is not None:
+            chosen = [m for m in chosen if key(m) >= key(start)]
+    blocks = _summary_blocks(summary) if summary is not None else []
+    blocks += _blocks(chosen)
+    return Conversation(blocks=blocks, summary=summary)
+
+
+def conversation_for(session: Session, turn: Turn | None = None) -> list[dict[str, Any]]:
+    """Chat Completions messages of the conversation before ``turn`` (or the whole session), as
+    stored: no budget, no microcompact (``apps.turns.context`` applies those)."""
+    return [m for b in load(session, turn).blocks for m in b.messages]
+
+
+def _summary_blocks(summary: Message) -> list[Block]:
+    items = [i for i in summary.content.get("data") or [] if isinstance(i, dict)]
+    files = [i for i in items if str(i.get("title", "")).startswith(FILE_TITLE)]
+    text = "\n\n".join(str(i.get("content", "")) for i in items if i not in files)
+    out = [Block("summary", [{"role": "system", "content": SUMMARY_HEADER + text}],
+                 anchor=summary.id)]
+    if files:
+        body = "\n\n".join(
+            f'<file path="{str(i["title"])[len(FILE_TITLE):]}">\n{i.get("content", "")}\n</file>'
+            for i in files
+        )
+        out.append(Block("files", [{"role": "system", "content": FILES_HEADER + body}],
+                         anchor=summary.id))
+    return out
+
+
+def _in_steps(m: Message, turn: Turn | None, answers: int) -> bool:
+    if turn is None or m.turn_id != turn.id:
+        return False
+    answer = _answer_of(m)
+    return answer is not None and answer[1] < answers
+
+
+def _answer_of(m: Message) -> tuple[Any, int] | None:
+    """(turn, answer number) of a message the engine wrote; None for copies (forks) and users."""
+    found = _STEP.match(m.client_id or "") if m.turn_id else None
+    if found is None:
+        return None
+    step = int(found.group(1))
+    return (m.turn_id, step - 1 if found.group(2) in ("call", "result") else step)
+
+
+def _blocks(messages: list[Message]) -> list[Block]:
+    """Blocks of stored messages in order: users, summaries, and answers grouped per step.
+
+    User messages carry their attachments (images as image parts, text files in
+    ``<file_content>``, skipped ones as a note); files not processed yet are processed here
+    first, so before the first LLM call that includes them (``apps.attachments.services``)."""
+    attachments = attachments_for_conversation(messages)
+    outputs = {
+        m.parent_message_id: m
+        for m in messages
+        if m.content.get("type") == ContentType.TOOLCALL_OUTPUT and m.parent_message_id
+    }
+    steps: dict[Any, list[Message]] = {}
+    order: list[Any] = []  # users and answers, at the position of their first message
+    for m in messages:
+        answer = _answer_of(m)
+        group = answer if answer is not None else m.id
+        if group not in steps:
+            steps[group] = []
+            order.append(group)
+        steps[group].append(m)
+    out: list[Block] = []
+    for group in order:
+        members = steps[group]
+        first = members[0]
+        if first.role == MessageRole.USER and len(members) == 1:
+            out.append(_user_block(first, attachments))
+            continue
+        block = _answer_block(members, outputs)
+        if block is not None:
+            out.append(block)
+    return out
+
+
+def _user_block(m: Message, attachments: dict[Any, Any]) -> Block:
+    data = m.content.get("data")
+    text = data.get("text", "") if isinstance(data, dict) else str(data)
+    files = files_of(m)
+    content = (user_content(text, files, attachments.get(m.id, []), image_data_url)
+               if files else text)
+    return Block("user", [{"role": "user", "content": content}], anchor=m.id, text=True)
+
+
+def _answer_block(members: list[Message], outputs: dict[Any, Message]) -> Block | None:
+    """One model answer: its text, then its calls that have a result, each result after."""
+    text = ""
+    calls: list[dict[str, Any]] = []
+    results: list[tuple[dict[str, Any], Message]] = []
+    for m in members:
+        kind, data = m.content.get("type"), m.content.get("data")
+        if m.role == MessageRole.USER:  # a user message inside a step: never written so
+            continue
+        if kind == ContentType.MARKDOWN and data and not text:
+            text = str(data)
+        elif kind == ContentType.TOOLCALL_INPUT and m.id in outputs:
+            calls.append({"id": data["id"], "type": "function",
+                          "function": {"name": data["tool_name"], "arguments": data["input"]}})
+            results.append((data, outputs[m.id]))
+    if not calls:
+        if not text:
+            return None
+        return Block("answer", [{"role": "assistant", "content": text}],
+                     anchor=members[0].id, text=True)
+    block = Block("answer", [{"role": "assistant", "content": text or None, "tool_calls": calls}],
+                  anchor=members[0].id, text=bool(text))
+    for data, output in results:
+        stored = output.content["data"]
+        block.results.append(ToolResult(
+            index=len(block.messages), name=str(data["tool_name"]),
+            arguments=str(data["input"]), output=str(stored.get("output", "")),
+            offset=output.global_offset,
+        ))
+        block.messages.append({"role": "tool", "tool_call_id": data["id"],
+                               "content": str(stored.get("output", ""))})
+    return block
