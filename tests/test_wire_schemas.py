@@ -172,6 +172,18 @@ async def test_every_reply_and_update_matches_its_schema(gateway, pool, model, m
         await call("v1.turn.get", {"turn_id": turns["items"][0]["id"]})
         await call("v1.rtc.list", {"session_id": sid})
         await call("v1.file.list", {"session_id": sid})
+        # Goals and loops (apps.tasks): set, read and cancel; create, list and stop.
+        goal = await call("v1.goal.set", {"session_id": sid, "condition": "notes are tidy",
+                                          "max_rounds": 1})
+        await call("v1.goal.get", {"session_id": sid})
+        await call("v1.goal.cancel", {"session_id": sid})
+        loop = await call("v1.loop.create", {"session_id": sid, "prompt": "any news?",
+                                             "interval_seconds": 3600, "max_runs": 2})
+        await call("v1.loop.list", {"session_id": sid})
+        await call("v1.loop.stop", {"loop_id": loop["result"]["loop_id"]})
+        assert goal["result"]["goal_id"]
+        await tab.until(lambda: all(t["status"] in ("completed", "cancelled", "failed")
+                                    for t in tab.turns(sid)), within=20)
         await call("v1.session.update", {"session_id": sid, "title": "Notes"})
         for method in ("v1.session.close", "v1.session.open"):
             assert (await call(method, {"session_id": sid}))["result"] == {"success": True}
@@ -189,7 +201,7 @@ async def test_every_reply_and_update_matches_its_schema(gateway, pool, model, m
         for n, pub in enumerate(tab.rec.publications[f"topic:u={user.id}"]):
             wire.check_publication(pub.data, f"publication {n}")
             seen |= {(it["entity"], it["action"]) for it in pub.data.get("items", [])}
-        assert seen == {(e, a) for e in ("session", "turn", "message", "rtc")
+        assert seen == {(e, a) for e in ("session", "turn", "message", "rtc", "goal", "loop")
                         for a in ("created", "updated")}
         kinds = {m["content"]["type"] for m in tab.all("message")}
         assert kinds == {"user_message", "text", "thinking", "markdown", "toolcall_input",

@@ -328,8 +328,14 @@ class TurnContext:
         self, conv: conversation.Conversation, level: Level, cleared: int,
         tools: list[dict[str, Any]] | None,
     ) -> tuple[list[dict[str, Any]], list[tuple[str, int]]]:
+        from apps.tasks.hooks import prompt_reminders
+
+        # Reminders (goal, todos) are read for every request: a todo list changed mid-turn shows.
+        volatile = "\n\n".join(
+            t for t in (self.recalled(), *prompt_reminders(self.session.id)) if t
+        )
         messages = assemble(conv, level, cleared, profile=self.profile, system=self.system(),
-                            recalled=self.recalled())
+                            recalled=volatile)
         return messages, message_parts(messages, tools)
 
 

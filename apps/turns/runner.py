@@ -406,8 +406,12 @@ class DjangoTurnPorts:
             self._turn_to(TurnStatus.INTERRUPTED)
 
     def complete(self, cp: Checkpoint) -> None:
-        self._turn_to(TurnStatus.COMPLETED)
+        done = self._turn_to(TurnStatus.COMPLETED)
         state.checkpoint_delete(self.tid)
+        if done:  # after commit: an active goal counts a round and queues its next message
+            from apps.tasks.hooks import after_turn
+
+            after_turn(self.turn)
 
     def cancel(self, cp: Checkpoint) -> None:
         close_open_rtcs(self.turn, reason="the turn was stopped")

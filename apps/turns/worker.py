@@ -71,6 +71,12 @@ class Worker:
         # A thread, not this loop: a long turn would silence it. Its failures stay in it.
         heartbeat = processes.Reporter("worker", self.heartbeat)
         heartbeat.start()
+        # Loops keep time while this loop is inside a long turn: their scheduler has a thread.
+        from apps.tasks.scheduler import run_forever
+
+        scheduler = threading.Thread(target=run_forever, args=(self.stopping,), daemon=True,
+                                     name="loop-scheduler")
+        scheduler.start()
         while not self.stopping.is_set():  # a worker started while the database is down waits
             try:
                 self.recover()
@@ -98,6 +104,7 @@ class Worker:
                 log.exception("worker loop error; retrying in a second")
                 time.sleep(1)
         heartbeat.stop()
+        scheduler.join(timeout=5)
         log.info("worker stopped")
 
     def extract_memory(self) -> bool:

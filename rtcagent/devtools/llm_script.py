@@ -9,8 +9,10 @@ Invariants:
   order; when both are exhausted the ``DEFAULT_REPLY`` answers, so a client never waits forever.
 * Conditions describe what the model is answering *now*: ``last_user_contains`` only matches while
   the last message is that user message, and ``last_tool_result_contains`` only while the
-  conversation ends with tool results. A rule that calls a tool therefore does not fire again on
-  the follow-up request that carries the tool result (no accidental loops in demos).
+  conversation ends with tool results; system messages after the conversation (the prompt's
+  volatile tail: recalled memory, goal and todo reminders) are not counted. A rule that calls a
+  tool therefore does not fire again on the follow-up request that carries the tool result (no
+  accidental loops in demos).
 * Text matching is case-insensitive substring matching.
 """
 
@@ -128,7 +130,12 @@ def _contains(haystack: str, needle: str) -> bool:
 def matches(when: dict[str, Any], body: dict[str, Any]) -> bool:
     """True when every condition of ``when`` holds for the request ``body``."""
     messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
-    last = messages[-1] if messages else {}
+    # What the model answers now ends before the prompt's volatile tail: system messages after
+    # the conversation (recalled memory, goal and todo reminders) are context, not the question.
+    end = len(messages)
+    while end > 1 and messages[end - 1].get("role") == "system":
+        end -= 1
+    last = messages[end - 1] if end else {}
     for key, expected in when.items():
         if key == "last_user_contains":
             ok = last.get("role") == "user" and _contains(message_text(last), expected)
@@ -138,7 +145,7 @@ def matches(when: dict[str, Any], body: dict[str, Any]) -> bool:
             )
         elif key == "last_tool_result_contains":
             tail = []
-            for m in reversed(messages):
+            for m in reversed(messages[:end]):
                 if m.get("role") != "tool":
                     break
                 tail.append(m)

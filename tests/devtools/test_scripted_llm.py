@@ -374,3 +374,18 @@ def test_cli_starts_and_answers(tmp_path: Path) -> None:
 
     assert text == "hello from the CLI"
     assert code == 0
+
+
+def test_system_messages_after_the_conversation_do_not_hide_the_question() -> None:
+    from rtcagent.devtools.llm_script import matches
+
+    tail = {"role": "system", "content": "Reminder: the goal is active"}
+    asked = {"messages": [{"role": "system", "content": "sys"},
+                          {"role": "user", "content": "weather?"}, tail]}
+    assert matches({"last_user_contains": "weather"}, asked)
+    assert matches({"system_contains": "goal is active"}, asked)
+    answered = {"messages": [{"role": "user", "content": "weather?"},
+                             {"role": "tool", "tool_call_id": "c", "content": "sunny"}, tail]}
+    assert matches({"last_tool_result_contains": "sunny"}, answered)
+    assert not matches({"last_user_contains": "weather"}, answered)
+    assert matches({"last_role": "system"}, {"messages": [tail]})  # nothing else to answer

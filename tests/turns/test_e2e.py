@@ -10,6 +10,7 @@ import pytest
 from asgiref.sync import sync_to_async
 from centrifuge import ReplyError
 
+from apps.turns import compaction
 from tests.turns.stack import Browser
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
@@ -248,13 +249,14 @@ async def test_stop_while_waiting_closes_the_rtc(gateway, pool, model, make_user
     assert len(model.requests) == 1
 
 
-# attempts: the workers allow 2 for transient failures, but never once text was streamed
+# attempts: the workers allow 2 for transient failures, but never once text was streamed; a
+# "context too long" answer gets one retry after reactive compaction
 @pytest.mark.parametrize(("reply", "category", "retryable", "attempts"), [
     ({"error": {"status": 401, "message": "Incorrect API key provided"}}, "permission", False, 1),
     ({"error": {"status": 429, "message": "Rate limit reached"}}, "api", True, 2),
     ({"malformed": True, "content": "partial answer that breaks"}, "stream", True, 1),
     ({"error": {"status": 400, "code": "context_length_exceeded",
-                "message": "maximum context length is 8192 tokens"}}, "context", False, 1),
+                "message": "maximum context length is 8192 tokens"}}, "context", False, 2),
 ])
 async def test_model_failures_become_error_messages(
     gateway, pool, model, make_user, reply, category, retryable, attempts
@@ -319,13 +321,16 @@ async def test_compaction_replaces_the_earlier_conversation(gateway, pool, model
         await tab.send("third hello", session_id=sid)
         await tab.until(lambda: len([t for t in tab.turns(sid) if t["status"] == "completed"]) == 3)
     asked = model.requests[2].body["messages"]
-    assert asked[-1]["content"].startswith("Summarize the conversation so far")
-    assert "Also: Keep names." in asked[-1]["content"]
+    assert asked[-1]["content"].startswith("<conversation>")
+    assert asked[-1]["content"].endswith(compaction.SUMMARY_PROMPT)
+    assert "Keep names." in asked[0]["content"]  # it steers the summariser, not appended
     assert len(model.requests) == 4  # the second compact request did not run
     last = model.requests[-1].body["messages"]
-    assert [m["role"] for m in last] == ["system", "system", "user"]
+    # the summary, then the recent tail kept as it was ("second hello", "noted"), then the new
+    assert [m["role"] for m in last] == ["system", "system", "user", "assistant", "user"]
     assert last[1]["content"].endswith("The user greeted twice; nothing pending.")
-    assert last[2] == {"role": "user", "content": "third hello"}
+    assert last[2]["content"] == "second hello" and last[3]["content"] == "noted"
+    assert last[4] == {"role": "user", "content": "third hello"}
     assert not any("first hello" in str(m.get("content")) for m in last)
 
 
