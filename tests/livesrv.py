@@ -73,25 +73,29 @@ class LiveServer:
         return self.log.read_text(errors="replace")
 
 
-def start_daphne(log_dir: Path, port: int = 0, **env: str) -> LiveServer:
-    port = port or free_port()
-    log = log_dir / f"daphne-{port}.log"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "rtcagent.serve", "-b", "127.0.0.1", "-p", str(port)],
-        cwd=ROOT,
-        env=child_env(**env),
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-    )
+def spawn_listening(name: str, argv: list[str], port: int, log: Path,
+                    env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """Start ``argv`` (output to ``log``) and return once it accepts connections on ``port``;
+    a child that exits or is not listening within 30 s is killed and its log raised."""
+    proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log.open("wb"),
+                            stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 30
     while True:
         if proc.poll() is not None:
-            raise RuntimeError("daphne exited:\n" + log.read_text(errors="replace"))
+            raise RuntimeError(f"{name} exited:\n" + log.read_text(errors="replace"))
         try:
             socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return LiveServer(proc, port, log)
+            return proc
         except OSError as exc:
             if time.monotonic() > deadline:
                 proc.kill()
-                raise RuntimeError("daphne did not start:\n" + log.read_text()) from exc
+                proc.wait(10)
+                raise RuntimeError(f"{name} did not start:\n" + log.read_text()) from exc
             time.sleep(0.1)
+
+
+def start_daphne(log_dir: Path, port: int = 0, **env: str) -> LiveServer:
+    port = port or free_port()
+    log = log_dir / f"daphne-{port}.log"
+    argv = [sys.executable, "-m", "rtcagent.serve", "-b", "127.0.0.1", "-p", str(port)]
+    return LiveServer(spawn_listening("daphne", argv, port, log, child_env(**env)), port, log)

@@ -7,16 +7,14 @@ to MinIO or AWS. ``start_moto`` waits until it answers; ``stop`` ends it (and on
 from __future__ import annotations
 
 import itertools
-import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.livesrv import ROOT, free_port
+from tests.livesrv import free_port, spawn_listening
 
 ACCESS_KEY_ID = "moto-access-key"
 SECRET_ACCESS_KEY = "moto-secret-key"  # moto accepts any signature; boto3 still signs
@@ -80,22 +78,5 @@ class MotoServer:
 def start_moto(log_dir: Path) -> MotoServer:
     port = free_port()
     log = log_dir / f"moto-{port}.log"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        cwd=ROOT,
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-    )
-    deadline = time.monotonic() + 30
-    while True:
-        if proc.poll() is not None:
-            raise RuntimeError("moto server exited:\n" + log.read_text(errors="replace"))
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return MotoServer(proc, port, log)
-        except OSError as exc:
-            if time.monotonic() > deadline:
-                proc.kill()
-                proc.wait(10)
-                raise RuntimeError("moto server did not start:\n" + log.read_text()) from exc
-            time.sleep(0.05)
+    argv = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
+    return MotoServer(spawn_listening("moto server", argv, port, log), port, log)
