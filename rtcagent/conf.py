@@ -44,6 +44,7 @@ DEFAULTS: dict[str, Any] = {
     "S3_MAX_OBJECT_BYTES": 100 * 1024**2,  # one object (or one multipart object) at most
     "PRESIGN_DEFAULT_EXPIRES": 3600,
     "PRESIGN_MAX_EXPIRES": 604800,
+    "UNSENT_UPLOAD_TTL_HOURS": 24.0,  # an upload under uploads/ no message names is then deleted
     # Attachments (apps.attachments)
     "ATTACH_TEXT_MAX_BYTES": 256 * 1024,  # text files are cut here, on a character boundary
     "ATTACH_IMAGE_MAX_SIDE": 2000,  # images are fitted within this square

@@ -44,3 +44,26 @@ class S3Credential(models.Model):
 
     def __str__(self) -> str:
         return self.access_key_id
+
+
+class PendingUpload(models.Model):
+    """An attachment upload that no message has named yet: recorded when the widget asks for a
+    presigned PUT under ``user-<id>/uploads/``. The sweep deletes the object of a row older than
+    ``UNSENT_UPLOAD_TTL_HOURS`` that no message of the user refers to (a cancelled upload whose
+    bytes reached the store, a file attached and never sent), so it stops counting against the
+    user's quota; uploads a message refers to stay (they are the user's files)."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="pending_uploads"
+    )
+    key = models.CharField(max_length=1024)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["user", "key"], name="pending_upload_user_key"),
+        ]
+        indexes = [models.Index(fields=["created_at"], name="pending_upload_created_idx")]
+
+    def __str__(self) -> str:
+        return self.key

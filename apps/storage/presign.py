@@ -32,9 +32,11 @@ from .credentials import (
     presign_credential,
     user_prefix,
 )
+from .models import PendingUpload
 
 REGION = "us-east-1"
 OPERATIONS = {"get": "GET", "put": "PUT"}
+UPLOADS_DIR = "uploads/"  # the widget's attachments: user-<id>/uploads/<sha-256>.<ext>
 # A signed query parameter of service PUT URLs: the content type the object is stored with,
 # whatever the uploader's Content-Type header says (SigV4 query URLs sign only the host).
 CONTENT_TYPE_PARAM = "x-rtc-content-type"
@@ -84,7 +86,8 @@ def presign_for_user(
 ) -> PresignedUrl:
     """A URL that GETs or PUTs ``key`` for ``expires_in`` seconds (see the module docstring).
     ``InvalidRequest`` for a bad operation, key or lifetime; ``PermissionDenied`` for a key
-    outside the caller's prefix. Nothing is written but, at most, a new presign credential."""
+    outside the caller's prefix. Nothing is written but, at most, a new presign credential and,
+    for a PUT under ``uploads/``, the ``PendingUpload`` row the sweep uses."""
     method = OPERATIONS.get(operation) if isinstance(operation, str) else None
     if method is None:
         raise InvalidRequest("operation must be put or get", details={"field": "operation"})
@@ -106,6 +109,9 @@ def presign_for_user(
         access_key_id=credential.access_key_id, secret_key=credential.secret_access_key,
         session_token=None, region=REGION, expires_in=seconds, now=now,
     )
+    if method == "PUT" and key.startswith(prefix + UPLOADS_DIR):
+        PendingUpload.objects.update_or_create(user_id=user_id, key=key,
+                                               defaults={"created_at": now})
     return PresignedUrl(url, now + timedelta(seconds=seconds))
 
 

@@ -34,7 +34,7 @@ from apps.ops import processes
 from apps.rtc.models import TERMINAL_RTC_STATUSES, Rtc
 from apps.sessions.models import Message
 from apps.sessions.serializers import message_to_dict
-from apps.storage.cleanup import orphans_purge
+from apps.storage.cleanup import orphans_purge, unsent_uploads_purge
 from apps.storage.credentials import credentials_purge_expired
 from apps.turns import engine, queue, state
 from apps.turns.llm import ChatModel, OpenAIChat
@@ -284,6 +284,7 @@ class Worker:
             steps.append(("purge expired S3 credentials", credentials_purge_expired))
             steps.append(("purge attachments of deleted messages", attachments_purge_deleted))
             steps.append(("purge objects of deleted users", orphans_purge))
+            steps.append(("purge uploads no message names", unsent_uploads_purge))
         for name, step in steps:
             try:
                 step()
