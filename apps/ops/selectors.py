@@ -9,18 +9,17 @@ from __future__ import annotations
 
 from collections import Counter
 from datetime import UTC, date, datetime, timedelta
-from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Count, Sum
+from django.db.models import Count, Q, Sum
 from django.db.models.functions import TruncDate
 from django.utils import timezone
 
 from apps.turns import queue
 from apps.turns.llm import DEFAULT_MODEL
 from apps.turns.llm_errors import CATEGORIES
-from apps.turns.models import ACTIVE_TURN_STATUSES, Turn, TurnStatus
+from apps.turns.models import ACTIVE_TURN_STATUSES, LLMCall, Turn, TurnStatus
 
 from . import processes
 from .models import ModelPrice
@@ -64,58 +63,64 @@ def system_state() -> dict[str, Any]:
 
 
 # --- usage ------------------------------------------------------------------------------------
+# Read from ``LLMCall``, one row per model answer as the provider billed it, priced when it was
+# recorded with that call's model's price row (a later price change does not rewrite history).
 
 def current_model() -> str:
     return getattr(settings, "RTC_MODEL", "") or DEFAULT_MODEL
 
 
-def current_price() -> ModelPrice | None:
-    """The price row of the model configured now (usage is priced with it; turns do not record
-    their model), or None: then cost is left empty."""
-    return ModelPrice.objects.filter(model=current_model()).first()
-
-
-def _cost(price: ModelPrice | None, row: dict[str, Any]) -> Decimal | None:
-    if price is None:
-        return None
-    return price.cost(input_tokens=row["input"], cached_tokens=row["cached"],
-                      output_tokens=row["output"])
-
-
 _SUMS = {
-    "turns": Count("id"),
-    "input": Sum("input_tokens", default=0),
-    "output": Sum("output_tokens", default=0),
+    "turns": Count("turn", distinct=True),
+    "calls": Count("id"),
+    "input": Sum("prompt_tokens", default=0),
+    "output": Sum("completion_tokens", default=0),
     "cached": Sum("cached_tokens", default=0),
+    "cost": Sum("cost_usd"),
+    "unpriced": Count("id", filter=Q(cost_usd__isnull=True)),
 }
+_ZERO = {"turns": 0, "calls": 0, "input": 0, "output": 0, "cached": 0, "cost": None,
+         "unpriced": 0}
+
+
+def _calls(since: datetime, user_id: int | None = None) -> Any:
+    calls = LLMCall.objects.filter(created_at__gte=since)
+    return calls if user_id is None else calls.filter(session__user_id=user_id)
 
 
 def usage_by_user(*, days: int, limit: int = 200) -> list[dict[str, Any]]:
-    """Token use per user over the last ``days`` days, heaviest first (at most ``limit``)."""
+    """Tokens and cost per user over the last ``days`` days, heaviest first (at most
+    ``limit``). ``cost`` is None when no call of the user had a price."""
     since = timezone.now() - timedelta(days=days)
-    price = current_price()
-    rows = (Turn.objects.filter(created_at__gte=since).values("user_id", "user__email")
-            .annotate(**_SUMS).order_by("-output", "-input", "user_id")[:limit])
-    return [{"user_id": r["user_id"], "email": r["user__email"], "turns": r["turns"],
-             "input": r["input"], "output": r["output"], "cached": r["cached"],
-             "cost": _cost(price, r)} for r in rows]
+    rows = (_calls(since).values("session__user_id", "session__user__email")
+            .annotate(**_SUMS).order_by("-output", "-input", "session__user_id")[:limit])
+    return [{"user_id": r["session__user_id"], "email": r["session__user__email"],
+             **{k: r[k] for k in _ZERO}} for r in rows]
 
 
 def usage_by_day(*, days: int, user_id: int | None = None) -> list[dict[str, Any]]:
-    """Token use per day (UTC) over the last ``days`` days, every day present, oldest first."""
+    """Tokens and cost per day (UTC) over the last ``days`` days, every day present, oldest
+    first."""
     today = timezone.now().date()
     first = today - timedelta(days=days - 1)
     start = datetime.combine(first, datetime.min.time(), tzinfo=UTC)
-    turns = Turn.objects.filter(created_at__gte=start)
-    if user_id is not None:
-        turns = turns.filter(user_id=user_id)
-    found = {r["day"]: r for r in turns.annotate(day=TruncDate("created_at"))
+    found = {r["day"]: r for r in _calls(start, user_id).annotate(day=TruncDate("created_at"))
              .values("day").annotate(**_SUMS).order_by("day")}
-    price = current_price()
     out = []
     for n in range(days):
         day: date = first + timedelta(days=n)
-        row = found.get(day) or {"turns": 0, "input": 0, "output": 0, "cached": 0}
-        out.append({"day": day, "turns": row["turns"], "input": row["input"],
-                    "output": row["output"], "cached": row["cached"], "cost": _cost(price, row)})
+        row = found.get(day) or _ZERO
+        out.append({"day": day, **{k: row[k] for k in _ZERO}})
     return out
+
+
+def unpriced_models(*, days: int, user_id: int | None = None) -> list[str]:
+    """Models whose calls in the window were recorded without a price (no price row then):
+    their cost is missing from the sums."""
+    since = timezone.now() - timedelta(days=days)
+    calls = _calls(since, user_id).filter(cost_usd__isnull=True, usage_reported=True)
+    return sorted(set(calls.values_list("model", flat=True)))
+
+
+def price_of(model: str) -> ModelPrice | None:
+    return ModelPrice.objects.filter(model=model).first()

@@ -67,7 +67,8 @@ def usage_view(request: HttpRequest) -> TemplateResponse:
 
         user = get_object_or_404(get_user_model(), pk=request.GET["user"])
     per_day = selectors.usage_by_day(days=days, user_id=user.pk if user else None)
-    price = selectors.current_price()
+    costs = [d["cost"] for d in per_day if d["cost"] is not None]
+    model = selectors.current_model()
     context = {
         **admin.site.each_context(request),
         "title": f"Usage of {user.email}" if user else "Usage",
@@ -77,11 +78,12 @@ def usage_view(request: HttpRequest) -> TemplateResponse:
         "per_user": [] if user else selectors.usage_by_user(days=days),
         "per_day": per_day,
         "chart": charts.tokens_by_day(per_day),
-        "model": selectors.current_model(),
-        "price": price,
-        "totals": {key: sum(d[key] for d in per_day) for key in ("turns", "input", "output",
-                                                                  "cached")},
-        "total_cost": sum(d["cost"] for d in per_day) if price is not None else None,
+        "model": model,
+        "price": selectors.price_of(model),
+        "unpriced": selectors.unpriced_models(days=days, user_id=user.pk if user else None),
+        "totals": {key: sum(d[key] for d in per_day)
+                   for key in ("turns", "calls", "input", "output", "cached")},
+        "total_cost": sum(costs) if costs else None,
     }
     return TemplateResponse(request, "admin/ops/usage.html", context)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -10,7 +11,7 @@ from django.test import Client
 from django.utils import timezone
 
 from apps.ops.models import ModelPrice
-from apps.turns.models import Turn
+from apps.turns.models import LLMCall
 from tests.sessions.factories import make_session, make_turn
 
 pytestmark = pytest.mark.django_db
@@ -37,47 +38,70 @@ def test_pages_refuse_anonymous_and_non_staff(client: Client, make_user: Any,
 # --- usage ----------------------------------------------------------------------------------
 
 def _usage_world(make_user: Any) -> tuple[Any, Any]:
+    """Calls as ``accounting.record_answer`` leaves them: priced when recorded (``cost_usd``)
+    or not (no price row for that model then)."""
     heavy, light = make_user("heavy@example.com"), make_user("light@example.com")
     s1, s2 = make_session(heavy), make_session(light)
     now = timezone.now()
-    for days_ago, tokens in ((0, (1000, 200, 300)), (2, (3000, 1000, 500))):
-        t = make_turn(s1, status="completed", input_tokens=tokens[0], cached_tokens=tokens[1],
-                      output_tokens=tokens[2])
-        Turn.objects.filter(pk=t.pk).update(created_at=now - timedelta(days=days_ago))
-    make_turn(s2, status="completed", input_tokens=10, cached_tokens=0, output_tokens=5)
-    old = make_turn(s2, status="completed", input_tokens=99999, output_tokens=99999)
-    Turn.objects.filter(pk=old.pk).update(created_at=now - timedelta(days=40))
+
+    def call(session: Any, turn: Any, days_ago: int, tokens: tuple[int, int, int],
+             cost: str | None, model: str = "scripted-model") -> None:
+        row = LLMCall.objects.create(
+            turn=turn, session=session, step=LLMCall.objects.filter(turn=turn).count(),
+            model=model, prompt_tokens=tokens[0], cached_tokens=tokens[1],
+            completion_tokens=tokens[2], total_tokens=tokens[0] + tokens[2],
+            cost_usd=Decimal(cost) if cost is not None else None)
+        LLMCall.objects.filter(pk=row.pk).update(created_at=now - timedelta(days=days_ago))
+
+    today, earlier = make_turn(s1, status="completed"), make_turn(s1, status="completed")
+    call(s1, today, 0, (1000, 200, 300), "0.0040")
+    call(s1, today, 0, (500, 0, 100), None, model="old-model")  # no price row then
+    call(s1, earlier, 2, (3000, 1000, 500), "0.0086")
+    light_turn = make_turn(s2, status="completed")
+    call(s2, light_turn, 0, (10, 0, 5), "0.00006")
+    call(s2, make_turn(s2, status="completed"), 40, (99999, 0, 99999), "9.9")  # outside
     return heavy, light
 
 
-def test_usage_per_user_with_cost_and_a_chart(staff: Client, make_user: Any,
-                                              settings: Any) -> None:
+def test_usage_sums_the_calls_and_their_recorded_cost(staff: Client, make_user: Any,
+                                                      settings: Any) -> None:
     settings.RTC_MODEL = "scripted-model"
     ModelPrice.objects.create(model="scripted-model", input_per_million="2.0",
                               cached_input_per_million="0.5", output_per_million="8.0")
     _, light = _usage_world(make_user)
     response = staff.get("/admin/usage/?days=30")
     rows = response.context["per_user"]
-    assert [(r["email"], r["turns"], r["input"], r["cached"], r["output"]) for r in rows] == [
-        ("heavy@example.com", 2, 4000, 1200, 800), ("light@example.com", 1, 10, 0, 5)]
-    # (4000-1200)*2 + 1200*0.5 + 800*8 = 5600 + 600 + 6400 = 12600 per million
-    assert str(rows[0]["cost"]) == "0.0126"
+    assert [(r["email"], r["turns"], r["calls"], r["input"], r["cached"], r["output"])
+            for r in rows] == [("heavy@example.com", 2, 3, 4500, 1200, 900),
+                               ("light@example.com", 1, 1, 10, 0, 5)]
+    # The recorded costs are summed (not re-priced with today's model); the unpriced call
+    # adds tokens but no cost, and the page names its model.
+    assert rows[0]["cost"] == Decimal("0.0126") and rows[0]["unpriced"] == 1
+    assert response.context["unpriced"] == ["old-model"]
     page = response.content.decode()
     assert "0.0126" in page and "<svg" in page
+    assert "/admin/ops/modelprice/add/?model=old-model" in page
     assert page.count('data-series="input"') == 30
     per_day = response.context["per_day"]
-    assert [d["input"] for d in per_day[-3:]] == [3000, 0, 1010]
+    assert [d["input"] for d in per_day[-3:]] == [3000, 0, 1510]
+    assert response.context["total_cost"] == Decimal("0.01266")
     one = staff.get(f"/admin/usage/?days=7&user={light.pk}")
-    assert one.context["totals"] == {"turns": 1, "input": 10, "output": 5, "cached": 0}
-    assert one.context["chosen_user"] == light
+    assert one.context["totals"] == {"turns": 1, "calls": 1, "input": 10, "output": 5,
+                                     "cached": 0}
+    assert one.context["chosen_user"] == light and one.context["unpriced"] == []
 
 
-def test_usage_without_a_price_leaves_cost_empty(staff: Client, make_user: Any,
-                                                 settings: Any) -> None:
+def test_usage_without_any_price_leaves_cost_empty(staff: Client, make_user: Any,
+                                                   settings: Any) -> None:
     settings.RTC_MODEL = "unpriced-model"
-    _usage_world(make_user)
+    user = make_user()
+    session = make_session(user)
+    LLMCall.objects.create(turn=make_turn(session, status="completed"), session=session,
+                           step=0, model="unpriced-model", prompt_tokens=10,
+                           completion_tokens=2, total_tokens=12)
     response = staff.get("/admin/usage/")
-    assert [r["cost"] for r in response.context["per_user"]] == [None, None]
+    assert [r["cost"] for r in response.context["per_user"]] == [None]
+    assert response.context["total_cost"] is None
     page = response.content.decode()
     assert "No price is configured for the current model" in page
     assert "/admin/ops/modelprice/add/?model=unpriced-model" in page
