@@ -34,8 +34,10 @@ from django.utils import timezone
 from jsonschema import Draft202012Validator
 
 from apps.sessions.models import ContentType, Message, MessageRole, Session
-from apps.turns.llm import Cancelled, ChatModel, ToolCall
+from apps.turns.accounting import record_call
+from apps.turns.llm import Cancelled, ChatModel, ToolCall, Usage
 from apps.turns.llm_errors import LLMError
+from apps.turns.profiles import profile_for
 
 from . import jobs
 from .limits import memory_setting
@@ -246,6 +248,10 @@ def extract(session_id: str, llm: ChatModel, *,
         for event in llm.stream(messages, [TOOL_SCHEMA], should_cancel=should_cancel):
             if isinstance(event, ToolCall) and call is None:
                 call = event
+            elif isinstance(event, Usage):  # billed even when the notes are not kept
+                model = profile_for(getattr(llm, "model", None)).name
+                record_call(session_id=session.id, model=model, usage=event,
+                            purpose="extraction")
     except LLMError as err:
         log.warning("extraction of session %s failed: %s %s", session_id, err.category,
                     err.title)

@@ -253,7 +253,7 @@ def _ratio(value: float | None) -> float | None:
 
 def record_answer(
     *,
-    turn_id: object,
+    turn_id: object | None,
     session_id: object,
     message_id: object | None,
     step: int,
@@ -262,21 +262,28 @@ def record_answer(
     prompt_estimate: int,
     shared_prefix_ratio: float | None,
     updates_context: bool = True,
+    purpose: str | None = None,
 ) -> None:
     """Account for one model answer (see the module docstring); one transaction.
 
     ``message_id`` is the answer's message (its token fields are set; ignored when it is not a
     message of the session). ``updates_context=False`` is for calls whose prompt is not the
     conversation's (a compaction's summary call): billed and totalled, the context fields
-    untouched. Raises ``LookupError`` (nothing written) when the turn is not the session's.
+    untouched. ``purpose`` defaults to an answer, or a compaction when the context is not
+    updated. ``turn_id`` None: a call outside any turn (``record_call``). Raises
+    ``LookupError`` (nothing written) when the turn is not the session's.
     """
     name = model or current_model()
     price = ModelPrice.objects.filter(model=name).first()
     profile = profile_from(name, price)
     cost = call_cost(price, usage)
+    if purpose is None:
+        purpose = LLMCall.Purpose.ANSWER if updates_context else LLMCall.Purpose.COMPACTION
     with transaction.atomic():
         turn = Turn.objects.filter(pk=turn_id, session_id=session_id)
-        if usage is not None:
+        if turn_id is None:
+            found = Session.objects.filter(pk=session_id).exists()
+        elif usage is not None:
             found = turn.update(
                 input_tokens=F("input_tokens") + usage.prompt_tokens,
                 output_tokens=F("output_tokens") + usage.completion_tokens,
@@ -295,6 +302,7 @@ def record_answer(
         seeded = updates_context and LLMCall.objects.filter(session_id=session_id).count() == 1
         LLMCall.objects.create(
             turn_id=turn_id, session_id=session_id, message=msg, step=step, model=profile.name,
+            purpose=purpose,
             usage_reported=usage is not None,
             prompt_tokens=usage.prompt_tokens if usage else 0,
             completion_tokens=usage.completion_tokens if usage else 0,
@@ -335,6 +343,18 @@ def record_answer(
         session.last_token_update_at = timezone.now()
         session.save(update_fields=changed)
         _publish_throttled(session)
+
+
+def record_call(*, session_id: object, model: str, usage: Usage | None, purpose: str) -> None:
+    """Account for a model call outside any turn (a manual compaction's summary, a memory
+    extraction): an ``LLMCall`` row and the session's totals and cost; the context fields and
+    no turn are touched. A session deleted meanwhile is skipped (logged)."""
+    try:
+        record_answer(turn_id=None, session_id=session_id, message_id=None, step=0, model=model,
+                      usage=usage, prompt_estimate=0, shared_prefix_ratio=None,
+                      updates_context=False, purpose=purpose)
+    except LookupError:
+        log.info("call of session %s not recorded: the session is gone", session_id)
 
 
 def _set_message_tokens(msg: Message, usage: Usage) -> None:

@@ -30,7 +30,7 @@ def error_parts(turn: Turn) -> tuple[str, str]:
     return (category.strip(), title.strip()) if title else ("", turn.error_message)
 
 
-_CALL_FIELDS = ("step", "model", "prompt_tokens", "cached_tokens", "cache_write_tokens",
+_CALL_FIELDS = ("step", "purpose", "model", "prompt_tokens", "cached_tokens", "cache_write_tokens",
                 "completion_tokens", "reasoning_tokens", "prompt_estimate", "cost_usd",
                 "shared_prefix_ratio", "created_at")
 
@@ -58,11 +58,12 @@ class LLMCallAdmin(admin.ModelAdmin):
     prompt that repeated the previous request's. Read-only: written by
     ``accounting.record_answer``."""
 
-    list_display = ("created_at", "model", "session_name", "turn_link", "step", "prompt_tokens",
+    list_display = ("created_at", "purpose", "model", "session_name", "turn_link", "step",
+                    "prompt_tokens",
                     "cached_tokens", "cache_write_tokens", "completion_tokens",
                     "reasoning_tokens", "cost_usd", "shared_prefix_ratio")
     list_select_related = ("session",)
-    list_filter = ("model", "usage_reported")
+    list_filter = ("purpose", "model", "usage_reported")
     search_fields = ("session__id", "turn__id", "model")
     date_hierarchy = "created_at"
     ordering = ("-created_at", "-id")
@@ -81,6 +82,8 @@ class LLMCallAdmin(admin.ModelAdmin):
 
     @admin.display(description="turn")
     def turn_link(self, obj: LLMCall) -> str:
+        if obj.turn_id is None:  # a manual compaction or a memory extraction
+            return "—"
         url = reverse("admin:turns_turn_change", args=[obj.turn_id])
         return format_html('<a href="{}">{}…</a>', url, str(obj.turn_id)[:8])
 

@@ -146,10 +146,17 @@ def compact(session_id: str, instruction: str, llm: ChatModel) -> Message | None
         normal = Retention.normal(profile)
         keep = Retention(normal.min_tokens, normal.min_messages,
                          min(normal.max_tokens, sum(sizes) // 2))
+        from apps.turns.accounting import record_call
+
+        def bill(usage: Usage) -> None:
+            record_call(session_id=session.id, model=profile.name, usage=usage,
+                        purpose="compaction")
+
         try:
             msg = compact_conversation(
                 session, conv, llm=llm, profile=profile, retention=keep,
                 instruction=instruction, use_memory=False, cleared=cleared_upto(session.id),
+                on_usage=bill,
             )
         except LLMError as err:
             log.warning("compaction of session %s failed: %s", session_id, err.category)

@@ -125,10 +125,18 @@ class LLMCall(models.Model):
     False, and only ``prompt_estimate``, our own count of the prompt, is known).
     """
 
-    turn = models.ForeignKey(Turn, on_delete=models.CASCADE, related_name="llm_calls")
+    class Purpose(models.TextChoices):
+        ANSWER = "answer", "answer of a turn"
+        COMPACTION = "compaction", "compaction summary"
+        EXTRACTION = "extraction", "memory extraction"
+
+    # None for calls outside a turn: a manual compaction, a memory extraction.
+    turn = models.ForeignKey(Turn, null=True, blank=True, on_delete=models.CASCADE,
+                             related_name="llm_calls")
     session = models.ForeignKey(
         "agent_sessions.Session", on_delete=models.CASCADE, related_name="llm_calls"
     )
+    purpose = models.CharField(max_length=16, choices=Purpose.choices, default=Purpose.ANSWER)
     message = models.ForeignKey(
         "agent_sessions.Message", null=True, blank=True, on_delete=models.SET_NULL,
         related_name="+",

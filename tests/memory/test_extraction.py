@@ -14,6 +14,7 @@ from apps.memory.extraction import SYSTEM_PROMPT, TOOL_SCHEMA, extract, maybe_ex
 from apps.memory.models import ExtractionState, SessionMemory
 from apps.sessions.models import Session
 from apps.turns.llm import OpenAIChat
+from apps.turns.models import LLMCall
 
 pytestmark = pytest.mark.django_db
 
@@ -175,6 +176,11 @@ def test_the_extraction_sends_the_new_conversation_and_stores_the_notes(
                      ("progress", "Schema for users and sessions is done", "extraction")]
     state = ExtractionState.objects.get(session=session)
     assert (state.last_offset, state.runs, state.retry_after) == (4, 1, None)
+    # The call is billed to the session, outside any turn, without touching its context size.
+    (call,) = LLMCall.objects.filter(session=session, purpose="extraction")
+    assert call.turn_id is None and call.prompt_tokens > 0
+    session.refresh_from_db()
+    assert session.total_output_tokens >= call.completion_tokens > 0
 
     # The next one sends only what came since, with the notes it must not repeat.
     _turn(say, session, "Add an index?", "Yes, on email.")

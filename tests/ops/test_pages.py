@@ -131,3 +131,15 @@ def test_system_page_lists_reports_queue_turns_and_errors(staff: Client, make_us
     page = response.content.decode()
     assert f'href="/admin/agent_sessions/session/{session.id}/change/"' in page
     assert "<td>4</td>" in page
+
+
+def test_calls_outside_turns_are_listed_with_their_purpose(make_user: Any) -> None:
+    admin = Client()
+    admin.force_login(make_user(is_staff=True, is_superuser=True))
+    session = make_session(make_user())
+    LLMCall.objects.create(turn=None, session=session, step=0, model="m", purpose="extraction",
+                           prompt_tokens=7, completion_tokens=3, total_tokens=10)
+    page = admin.get("/admin/turns/llmcall/?purpose__exact=extraction")
+    assert page.status_code == 200
+    assert page.context["cl"].result_count == 1
+    assert "memory extraction" in page.content.decode()

@@ -15,6 +15,7 @@ from apps.turns.compaction import (
     request_compaction,
 )
 from apps.turns.conversation import SUMMARY_HEADER
+from apps.turns.models import LLMCall
 from apps.turns.tokens import count_messages
 from tests.turns.test_context_kit import Agent, bodies, set_profile
 from tests.turns.test_context_layout import system
@@ -59,6 +60,12 @@ def test_the_instruction_steers_the_summary_and_the_tail_is_kept(model, make_use
                                content__data__text="message 1")
     assert summary.parent_message_id == kept.id
     assert agent.session.current_context_tokens > 0  # the ring shows the compacted size
+    # The summary call is billed to the session, outside any turn.
+    (call,) = LLMCall.objects.filter(session_id=agent.session_id, purpose="compaction")
+    assert call.turn_id is None and call.prompt_tokens > 0 and call.completion_tokens > 0
+    agent.session.refresh_from_db()
+    billed = LLMCall.objects.filter(session_id=agent.session_id)
+    assert agent.session.total_input_tokens == sum(c.prompt_tokens for c in billed)
 
     model.enqueue({"content": "answer 2"})
     agent.send("message 2")
