@@ -68,3 +68,25 @@ def s3_rate(user_id: int, window: int) -> str:
 def s3_usage(user_id: int) -> str:
     """A user's stored bytes under their prefix: a cache of the store's listing, with a TTL."""
     return f"{PREFIX}:s3:{{{user_id}}}:usage"
+
+
+def context_state(session_id: object) -> str:
+    """Hash of a session's context bookkeeping (microcompact offsets, the last request's
+    prefix, warm-cache time): ``apps.turns.context``."""
+    return f"{PREFIX}:ctx:{{{session_id}}}"
+
+
+def compaction_pending(session_id: object) -> str:
+    """Set while a manual compaction of the session is queued or running (one at a time)."""
+    return f"{PREFIX}:compact:{{{session_id}}}"
+
+
+MEMORY_JOBS = f"{PREFIX}:mem:x"
+MEMORY_JOBS_PENDING = f"{MEMORY_JOBS}:pending"  # sorted set of sessions waiting for extraction
+MEMORY_JOBS_RUNNING = f"{MEMORY_JOBS}:running"  # sorted set scored by lease deadline
+
+
+def memory_job_lock(session_id: object) -> str:
+    """The lease of a session's running extraction (its runner's token). The claim script in
+    ``apps.memory.jobs`` builds the same name in Lua."""
+    return f"{MEMORY_JOBS}:{{{session_id}}}:lock"

@@ -54,6 +54,12 @@ def test_channel_and_key_names_are_pinned() -> None:
     assert keys.topic_epoch(7) == "rtc:topic:{7}:epoch"
     assert keys.topic_offset(7) == "rtc:topic:{7}:offset"
     assert keys.topic_pending(7) == "rtc:topic:{7}:pending"
+    # Context, compaction and memory state of running sessions: renaming strands it.
+    assert keys.context_state("s-1") == "rtc:ctx:{s-1}"
+    assert keys.compaction_pending("s-1") == "rtc:compact:{s-1}"
+    assert (keys.MEMORY_JOBS_PENDING, keys.MEMORY_JOBS_RUNNING) == (
+        "rtc:mem:x:pending", "rtc:mem:x:running")
+    assert keys.memory_job_lock("s-1") == "rtc:mem:x:{s-1}:lock"
 
 
 @pytest.mark.django_db

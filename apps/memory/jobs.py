@@ -24,17 +24,17 @@ import secrets
 import time
 from dataclasses import dataclass
 
+from rtcagent import keys
 from rtcagent.redis import get_redis
 
 from .limits import memory_setting
 
-P = "rtc:mem:x"
-PENDING = f"{P}:pending"
-RUNNING = f"{P}:running"
+PENDING = keys.MEMORY_JOBS_PENDING
+RUNNING = keys.MEMORY_JOBS_RUNNING
 
 
 def lock_key(session_id: str) -> str:
-    return f"{P}:{{{session_id}}}:lock"
+    return keys.memory_job_lock(session_id)
 
 
 # KEYS: pending, running. ARGV: token, lease_ms, now_ms, scan.

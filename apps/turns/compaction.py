@@ -42,6 +42,7 @@ from apps.turns.conversation import FILE_TITLE, Block, Conversation
 from apps.turns.llm import ChatModel, TextDelta, Usage
 from apps.turns.llm_errors import LLMError
 from apps.turns.profiles import ModelProfile, profile_for
+from rtcagent import keys
 from rtcagent.redis import get_redis
 
 log = logging.getLogger(__name__)
@@ -112,7 +113,7 @@ def files_budget(profile: ModelProfile) -> int:
 
 
 def _pending_key(session_id: object) -> str:
-    return f"rtc:compact:{{{session_id}}}"
+    return keys.compaction_pending(session_id)
 
 
 def request_compaction(session: Session, instruction: str) -> bool:

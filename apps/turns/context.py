@@ -52,6 +52,7 @@ from apps.turns.llm import ChatModel, Usage
 from apps.turns.llm_errors import LLMError
 from apps.turns.models import Turn
 from apps.turns.profiles import ModelProfile
+from rtcagent import keys
 from rtcagent.redis import get_redis
 
 log = logging.getLogger(__name__)
@@ -152,7 +153,7 @@ def _cut(text: str, budget: int) -> str:
 
 
 def _state_key(session_id: object) -> str:
-    return f"rtc:ctx:{{{session_id}}}"
+    return keys.context_state(session_id)
 
 
 def _read_state(session_id: object) -> dict[str, Any]:
