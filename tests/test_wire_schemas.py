@@ -68,6 +68,11 @@ def _script(model: Any) -> None:
     model.add_rule({"last_user_contains": "please fail"},
                    {"error": {"status": 401, "message": "Incorrect API key provided"}})
     model.add_rule({"last_user_contains": "Use these sections"}, {"content": "A note was taken."})
+    model.add_rule({"last_user_contains": "delegate it"}, {"tool_calls": [
+        {"name": "subAgent", "arguments": {"title": "Helper", "mode": "async",
+                                           "instruction": "TASK-HELP: take your time"}}]})
+    model.add_rule({"last_user_contains": "TASK-HELP"},
+                   {"content": "helping", "chunk_size": 1, "chunk_delay": 0.5})
     model.add_rule({"last_role": "user"}, {"content": "ok"})
 
 
@@ -172,6 +177,13 @@ async def test_every_reply_and_update_matches_its_schema(gateway, pool, model, m
         await call("v1.turn.get", {"turn_id": turns["items"][0]["id"]})
         await call("v1.rtc.list", {"session_id": sid})
         await call("v1.file.list", {"session_id": sid})
+        # A sub-agent (apps.tasks.subagents): its children listed, then stopped.
+        await call.send("delegate it", sid)
+        child = await tab.until(lambda: next((s["id"] for s in tab.all("session")
+                                              if s["parent_server_session_id"] == sid), None))
+        await call("v1.session.list", {"parent_session_id": sid})
+        stopped = await call("v1.subagent.stop", {"session_id": child})
+        assert stopped["result"]["success"] is True
         # Goals and loops (apps.tasks): set, read and cancel; create, list and stop.
         goal = await call("v1.goal.set", {"session_id": sid, "condition": "notes are tidy",
                                           "max_rounds": 1})

@@ -92,6 +92,9 @@ def _resume_after_commit(rtc: Rtc) -> None:
     transaction.on_commit(
         lambda: enqueue_resume(rtc.session_id, rtc.turn_id, user_id=rtc.user_id), robust=True
     )
+    from apps.rtc.gate import wake_after_commit
+
+    wake_after_commit(rtc.session_id)  # a turn of its sub-agent tree may wait for the device
 
 
 def rtc_update_status(

@@ -27,6 +27,15 @@ class _PageParams(serializers.Serializer):
     limit = serializers.IntegerField(required=False, allow_null=True, min_value=1)
 
 
+class _ListParams(_PageParams):
+    parent_session_id = serializers.UUIDField(required=False, allow_null=True)
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("parent_session_id") == "":
+            data = {**data, "parent_session_id": None}  # "": the root sessions
+        return super().to_internal_value(data)
+
+
 class _SessionParams(serializers.Serializer):
     session_id = serializers.UUIDField()
 
@@ -68,10 +77,12 @@ class _MessageParams(serializers.Serializer):
 @rpc("v1.session.list")
 @replies(page(SessionSerializer, serializers.CharField(allow_blank=True)))
 def session_list(ctx: RpcContext, params: dict[str, Any]) -> dict[str, Any]:
-    """The caller's sessions, newest update first: ``{items, next_cursor}`` ("" at the end)."""
-    p = validate(_PageParams, params)
+    """The caller's root sessions, or with ``parent_session_id`` the sub-agents that session
+    started; newest update first: ``{items, next_cursor}`` ("" at the end)."""
+    p = validate(_ListParams, params)
     found = selectors.session_list(
-        user_id=ctx.user_id, cursor=p.get("cursor"), limit=p.get("limit")
+        user_id=ctx.user_id, cursor=p.get("cursor"), limit=p.get("limit"),
+        parent_session_id=p.get("parent_session_id") or None,
     )
     return {"items": found.items, "next_cursor": found.next_cursor}
 

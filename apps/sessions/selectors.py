@@ -49,12 +49,20 @@ def session_get(*, user_id: int, session_id: uuid.UUID | str) -> Session:
     return session
 
 
-def session_list(*, user_id: int, cursor: str | None = None, limit: int | None = None) -> Page:
-    """The caller's visible sessions, most recently updated first, keyset-paged on
-    ``(updated_at, id)``; ``limit`` defaults to 20 and is capped at ``PAGE_MAX``."""
+def session_list(*, user_id: int, cursor: str | None = None, limit: int | None = None,
+                 parent_session_id: uuid.UUID | str | None = None) -> Page:
+    """The caller's visible root sessions (sub-agents are not conversations of their own), or
+    with ``parent_session_id`` the sub-agents that session started (``NotFound`` when it is
+    not the caller's); most recently updated first, keyset-paged on ``(updated_at, id)``;
+    ``limit`` defaults to 20 and is capped at ``PAGE_MAX``."""
     size = page_limit(limit, default=SESSION_PAGE_DEFAULT)
+    if parent_session_id is None:
+        rows = visible_sessions(user_id=user_id).filter(parent_session__isnull=True)
+    else:
+        parent = session_get(user_id=user_id, session_id=parent_session_id)
+        rows = visible_sessions(user_id=user_id).filter(parent_session_id=parent.id)
     return keyset_page(
-        visible_sessions(user_id=user_id),
+        rows,
         field="updated_at",
         cursor=cursor,
         limit=size,

@@ -1,4 +1,4 @@
-"""Operator console for goals and loops.
+"""Operator console for goals, loops and sub-agents.
 
 Statuses are read-only: they move through the services only. Actions call the same services as
 the RPCs, on behalf of each row's owner (so the owner's widget gets the Updates): cancel a goal,
@@ -18,7 +18,7 @@ from rtcagent.errors import RtcError
 
 from .goals import goal_end
 from .loops import loop_stop
-from .models import Goal, GoalStatus, Loop, LoopRun
+from .models import Goal, GoalStatus, Loop, LoopRun, SubAgent, SubAgentStatus
 
 INLINE_LIMIT = 50
 
@@ -114,3 +114,28 @@ class LoopAdmin(_ReadOnly):
                 continue
             stopped += bool(change.updates)
         self.message_user(request, f"Stopped {stopped} loop(s).", messages.SUCCESS)
+
+
+@admin.register(SubAgent)
+class SubAgentAdmin(_ReadOnly):
+    """Sub-agents (``docs/subagents.md``); "Stop" stops each one's subtree, leaves first."""
+
+    list_display = ("id", "user", "title", "mode", "status", "depth", "created_at", "ended_at")
+    list_select_related = ("user",)
+    list_filter = ("status", "mode")
+    search_fields = ("id", "title", "session__id", "parent_session__id", "user__email")
+    raw_id_fields = ("session", "parent_session", "parent_turn", "call_message", "user")
+    readonly_fields = ("id", "user", "session", "parent_session", "parent_turn", "call_message",
+                       "tool_call_id", "title", "mode", "depth", "status", "result", "ended_at",
+                       "created_at", "updated_at")
+    ordering = ("-created_at",)
+    actions = ("stop_sub_agents",)
+
+    @admin.action(description="Stop (with the sub-agents it started)", permissions=("change",))
+    def stop_sub_agents(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        from .subagents import stop_tree
+
+        stopped = 0
+        for sub in queryset.filter(status=SubAgentStatus.RUNNING).only("session_id"):
+            stopped += len(stop_tree(sub.session_id, reason="stopped by an operator"))
+        self.message_user(request, f"{stopped} sub-agent(s) stopped.", messages.SUCCESS)

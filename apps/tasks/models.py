@@ -156,3 +156,61 @@ class LoopRun(models.Model):
 
     def __str__(self) -> str:
         return f"tick {self.tick} of loop {self.loop_id} ({self.status})"
+
+
+class SubAgentStatus(models.TextChoices):
+    RUNNING = "running"
+    COMPLETED = "completed"  # its turn ended with an answer
+    FAILED = "failed"  # its turn failed (the error is the result)
+    STOPPED = "stopped"  # stopSubAgent, v1.subagent.stop, or the turn that waited on it ended
+
+
+SUBAGENT_ENDED = (SubAgentStatus.COMPLETED, SubAgentStatus.FAILED, SubAgentStatus.STOPPED)
+
+
+class SubAgent(models.Model):
+    """A child session started by the ``subAgent`` tool (``apps.tasks.subagents``).
+
+    One row per tool call: ``call_message`` (the parent's ``toolcall_input`` message) is unique,
+    so a step repeated after a crash finds its child instead of starting a second one. The row
+    leaves ``running`` once, by one conditional UPDATE (``subagents.finish``), and its
+    ``result`` is then what the parent is told.
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="agent_subagents"
+    )
+    session = models.OneToOneField(  # the child
+        "agent_sessions.Session", on_delete=models.CASCADE, related_name="sub_agent"
+    )
+    parent_session = models.ForeignKey(
+        "agent_sessions.Session", on_delete=models.CASCADE, related_name="sub_agents"
+    )
+    parent_turn = models.ForeignKey(
+        "turns.Turn", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    call_message = models.OneToOneField(
+        "agent_sessions.Message", null=True, blank=True, on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    tool_call_id = models.CharField(max_length=128, blank=True, default="")
+    title = models.CharField(max_length=255)
+    mode = models.CharField(max_length=8, choices=[("sync", "sync"), ("async", "async")])
+    depth = models.PositiveSmallIntegerField(default=1)  # 1: a child of a root session
+    status = models.CharField(max_length=16, choices=SubAgentStatus.choices,
+                              default=SubAgentStatus.RUNNING)
+    result = models.TextField(blank=True, default="")  # the child's final answer or error
+    ended_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = "sub-agent"
+        indexes = [
+            models.Index(fields=["parent_session", "created_at"], name="subagent_parent"),
+            models.Index(fields=["parent_turn", "status"], name="subagent_turn_status"),
+        ]
+
+    def __str__(self) -> str:
+        return f"sub-agent {self.title} ({self.status})"

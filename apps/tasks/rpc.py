@@ -1,4 +1,5 @@
-"""RPC namespaces ``v1.goal.*`` and ``v1.loop.*``: the widget's ``/goal`` and ``/loop``.
+"""RPC namespaces ``v1.goal.*``, ``v1.loop.*`` (the widget's ``/goal`` and ``/loop``) and
+``v1.subagent.stop``.
 
 Handlers adapt: validate params, make one service or selector call, return the reply its
 ``@replies`` schema renders. Actions answer ``{result, updates}``, queries ``{item}`` or
@@ -17,7 +18,7 @@ from apps.gateway.registry import RpcContext, rpc
 from apps.gateway.wire import Id, action, page, replies, shape, success
 from apps.sessions.models import WorkMode
 
-from . import goals, loops, selectors
+from . import goals, loops, selectors, subagents
 from .models import GoalStatus
 from .sending import NewSession
 from .serializers import GoalSerializer, LoopSerializer
@@ -148,3 +149,17 @@ def loop_stop(ctx: RpcContext, params: dict[str, Any]) -> dict[str, Any]:
     change = loops.loop_stop(user_id=ctx.user_id, loop_id=p["loop_id"],
                              reason="stopped by the user")
     return {"result": {"success": True}, "updates": change.updates}
+
+
+@rpc("v1.subagent.stop")
+@replies(action("SubAgentStop", success=success(),
+                stopped=serializers.ListField(child=serializers.CharField())))
+def subagent_stop(ctx: RpcContext, params: dict[str, Any]) -> dict[str, Any]:
+    """Stop one of the caller's sub-agents and everything it started, leaves first: ``{success,
+    stopped}`` (the session ids that were still running). A turn waiting on it resumes, told
+    it was stopped. ``updates`` is empty: the sessions' and turns' Updates follow on the
+    topic. Another user's session is ``session.not_found``."""
+    p = validate(_SessionParams, params)
+    stopped = subagents.subagent_stop(user_id=ctx.user_id, session_id=p["session_id"])
+    return {"result": {"success": True, "stopped": [str(s.session_id) for s in stopped]},
+            "updates": []}

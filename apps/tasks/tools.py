@@ -3,9 +3,10 @@
 
 Goals: ``goal`` (set one), ``completeGoal``, ``cancelGoal`` (the original's ``complete_goal``
 and ``cancel_goal``). Loops: ``loop`` (create), ``listLoop``, ``stopLoop``. The todo list:
-``todoWrite``. Each handler is one service call; refusals come back to the model as
-``[Tool Error] ...``. Names are camelCase as the rest of the tools; ``docs/tasks.md`` lists the
-original's snake_case spellings.
+``todoWrite``. Sub-agents: ``subAgent``, ``listSubAgent``, ``getSubAgentMessage``,
+``stopSubAgent`` (``apps.tasks.subagents``). Each handler is one service call; refusals come
+back to the model as ``[Tool Error] ...``. Names are camelCase as the rest of the tools;
+``docs/tasks.md`` and ``docs/subagents.md`` list the original's snake_case spellings.
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ import json
 from typing import Any
 
 from apps.gateway.wire import iso
-from apps.turns.server_tools import ServerTool, ToolContext, ToolError, register
+from apps.turns.server_tools import Deferred, ServerTool, ToolContext, ToolError, register
 
-from . import goals, loops, selectors, todos
+from . import goals, loops, selectors, subagents, todos
 from .limits import DEFAULTS
 from .models import GoalStatus
 from .prompt import todo_summary
@@ -225,4 +226,127 @@ TODO_WRITE = register(ServerTool(
                                "items": _TODO_ITEM}}, ["todos"]),
     approval="auto",
     handler=write_todos,
+))
+
+
+# --- sub-agents -------------------------------------------------------------------------------
+
+
+def _sub_session_id(args: dict[str, Any]) -> str:
+    return str(args.get("sub_session_id") or args.get("id") or "")
+
+
+def start_sub_agent(ctx: ToolContext, args: dict[str, Any]) -> str | Deferred:
+    mode = args.get("mode", "async")
+    try:
+        sub = subagents.subagent_start(
+            user_id=ctx.user_id, session_id=ctx.session_id, turn_id=ctx.turn_id,
+            call_message_id=ctx.message_id, title=args["title"],
+            instruction=args["instruction"], mode=mode)
+    except subagents.Refused as exc:
+        raise ToolError(str(exc)) from None
+    if sub.mode == "sync":
+        return Deferred(str(sub.session_id))
+    return subagents.started_text(sub)
+
+
+def _sub_agent_json(sub: Any) -> dict[str, Any]:
+    last = subagents.last_message(sub.session_id)
+    text = subagents.message_text(last)
+    return {"sub_session_id": str(sub.session_id), "title": sub.title, "status": sub.status,
+            "mode": sub.mode, "parent_session_id": str(sub.parent_session_id),
+            "last_message": text[:500] + ("…" if len(text) > 500 else ""),
+            "created_at": iso(sub.created_at), "updated_at": iso(sub.updated_at)}
+
+
+def list_sub_agents(ctx: ToolContext, args: dict[str, Any]) -> str:
+    found = subagents.descendants(ctx.session_id)
+    return json.dumps([_sub_agent_json(sub) for sub in found], ensure_ascii=False)
+
+
+def get_sub_agent_message(ctx: ToolContext, args: dict[str, Any]) -> str:
+    try:
+        target = subagents.in_tree(user_id=ctx.user_id, caller_session_id=ctx.session_id,
+                                   target_id=_sub_session_id(args))
+    except subagents.Refused as exc:
+        raise ToolError(str(exc)) from None
+    sub = getattr(target, "sub_agent", None)
+    msg = subagents.last_message(target.id)
+    return json.dumps({
+        "sub_session_id": str(target.id), "sub_session_title": target.title,
+        "sub_session_status": sub.status if sub is not None else target.status,
+        "message_id": str(msg.id) if msg else None, "role": msg.role if msg else None,
+        "content": subagents.message_text(msg),
+        "created_at": iso(msg.created_at) if msg else None,
+    }, ensure_ascii=False)
+
+
+def stop_sub_agent(ctx: ToolContext, args: dict[str, Any]) -> str:
+    try:
+        target = subagents.in_tree(user_id=ctx.user_id, caller_session_id=ctx.session_id,
+                                   target_id=_sub_session_id(args))
+    except subagents.Refused as exc:
+        raise ToolError(str(exc)) from None
+    # The caller asked: its own child's end is not sent back to it as a message.
+    direct = str(target.parent_session_id) == str(ctx.session_id)
+    stopped = subagents.stop_tree(target.id, reason="stopped by stopSubAgent",
+                                  notify_top=not direct)
+    return json.dumps({
+        "stopped_sessions": [{"sub_session_id": str(s.session_id), "title": s.title}
+                             for s in stopped],
+        "total_stopped": len(stopped),
+    }, ensure_ascii=False)
+
+
+_SUB_ID = {"type": "string", "minLength": 1, "maxLength": 64,
+           "description": "The sub-agent's sub_session_id."}
+_SUB_TARGET = {**_obj({"sub_session_id": _SUB_ID, "id": {**_SUB_ID, "description": "Alias."}},
+                      []),
+               "anyOf": [{"required": ["sub_session_id"]}, {"required": ["id"]}]}
+
+SUB_AGENT = register(ServerTool(
+    name="subAgent",
+    description=(
+        "Start a sub-agent: a session with a blank context that does one task and reports its "
+        "final answer. Calls in one answer run in parallel. Brief it fully (paths, context, "
+        "what was ruled out): it knows nothing of this conversation. mode 'sync': you get its "
+        "answer as this call's result; 'async' (default): returns at once, the answer comes "
+        "later as a message."
+    ),
+    parameters=_obj({
+        "title": _text(subagents.DEFAULTS["SUBAGENT_TITLE_MAX_CHARS"], "3-5 words."),
+        "instruction": _text(subagents.DEFAULTS["SUBAGENT_INSTRUCTION_MAX_CHARS"],
+                             "The complete task."),
+        "mode": {"type": "string", "enum": list(subagents.MODES)},
+    }, ["title", "instruction"]),
+    approval="auto",
+    handler=start_sub_agent,
+))
+
+LIST_SUB_AGENT = register(ServerTool(
+    name="listSubAgent",
+    description=(
+        "List the sub-agents below this session: JSON [{sub_session_id, title, status "
+        "(running|completed|failed|stopped), mode, parent_session_id, last_message, ...}]."
+    ),
+    parameters=_obj({}, []),
+    approval="auto",
+    handler=list_sub_agents,
+))
+
+GET_SUB_AGENT_MESSAGE = register(ServerTool(
+    name="getSubAgentMessage",
+    description="The latest message of one of your sub-agents (JSON).",
+    parameters=_SUB_TARGET,
+    approval="auto",
+    handler=get_sub_agent_message,
+))
+
+STOP_SUB_AGENT = register(ServerTool(
+    name="stopSubAgent",
+    description="Stop one of your sub-agents and those it started; a turn waiting on it "
+                "resumes.",
+    parameters=_SUB_TARGET,
+    approval="auto",
+    handler=stop_sub_agent,
 ))

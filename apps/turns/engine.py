@@ -21,6 +21,11 @@ Invariants:
   shrink the prompt (``context_overflow``, whose state is in ``cp.context``), the answer is
   asked once more; otherwise the ``context`` error fails the turn.
 * Tool calls of one answer run one at a time, in order; at most one RTC waits per turn.
+* A server tool may answer ``Deferred`` (a sync sub-agent): its result slot stays open
+  (``cp.deferred``: call index -> ref) and the next calls run at once, so the sub-agents of
+  one answer all start before the turn waits. Once every call has run, the turn waits,
+  checkpointed like an RTC, until ``ports.deferred_outcome`` says every deferred call
+  finished; then their results are recorded in call order and the pair enters the transcript.
 """
 
 from __future__ import annotations
@@ -55,16 +60,28 @@ class Checkpoint:
     usage: dict[str, int] = field(default_factory=dict)
     # the prompt pipeline's state (reactive level, target, retried step): ``apps.turns.context``
     context: dict[str, Any] = field(default_factory=dict)
+    # results still to come (call index as a string -> the ``Deferred`` ref): sync sub-agents
+    deferred: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         data = self.__dict__.copy()
-        if not data["context"]:  # absent unless used: checkpoints of short turns stay as they were
-            del data["context"]
+        for name in ("context", "deferred"):  # absent unless used: short turns' stay as they were
+            if not data[name]:
+                del data[name]
         return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Checkpoint:
         return cls(**data)
+
+
+@dataclass(frozen=True)
+class Deferred:
+    """A server tool's result that is not there yet (``apps.turns.server_tools``): ``ref``
+    names what the turn waits on (for a sync sub-agent, the child session id); the ports'
+    ``deferred_outcome(ref)`` says whether it finished, and with what text."""
+
+    ref: str
 
 
 @dataclass(frozen=True)
@@ -91,7 +108,8 @@ class TurnPorts(Protocol):
                       *, cancelled: bool = False) -> None: ...
     # tools
     def is_server_tool(self, name: str) -> bool: ...
-    def run_server_tool(self, name: str, arguments: dict[str, Any]) -> str: ...
+    def run_server_tool(self, name: str, arguments: dict[str, Any]) -> str | Deferred: ...
+    # optional, for servers tools that answer ``Deferred``: ``deferred_outcome(ref) -> RtcOutcome``
     def record_call(self, step: int, call: dict[str, Any]) -> None: ...
     def record_result(self, step: int, call: dict[str, Any], output: str, status: str) -> None: ...
     def create_rtc(self, step: int, call: dict[str, Any], arguments: dict[str, Any]) -> str: ...
@@ -225,6 +243,12 @@ def _advance(ports: TurnPorts, cp: Checkpoint) -> str:
                 return WAITING
             _finish_call(ports, cp, outcome.text, outcome.status)
         if cp.answer is not None and len(cp.results) == len(cp.calls):
+            if cp.deferred and not _collect_deferred(ports, cp):
+                if ports.should_cancel():
+                    ports.cancel(cp)
+                    return CANCELLED
+                ports.wait()
+                return WAITING
             # every call has its result: the pair enters the transcript
             cp.transcript += [cp.answer, *cp.results]
             cp.answer, cp.calls, cp.results = None, [], []
@@ -323,6 +347,23 @@ def _finish_call(ports: TurnPorts, cp: Checkpoint, output: str, status: str) -> 
     ports.save(cp)
 
 
+def _collect_deferred(ports: TurnPorts, cp: Checkpoint) -> bool:
+    """Record the deferred results once all of them are in; False while one is still out."""
+    outcomes: dict[int, RtcOutcome] = {}
+    for index, ref in cp.deferred.items():
+        outcome = ports.deferred_outcome(ref)  # type: ignore[attr-defined]
+        if not outcome.finished:
+            return False
+        outcomes[int(index)] = outcome
+    for index in sorted(outcomes):
+        outcome = outcomes[index]
+        ports.record_result(cp.step, cp.calls[index], outcome.text, outcome.status)
+        cp.results[index] = {**cp.results[index], "content": outcome.text}
+    cp.deferred = {}
+    ports.save(cp)
+    return True
+
+
 def _run_next_call(ports: TurnPorts, cp: Checkpoint) -> bool:
     """Run the next tool call; False when it became an RTC the turn now waits on."""
     call = cp.calls[len(cp.results)]
@@ -337,6 +378,11 @@ def _run_next_call(ports: TurnPorts, cp: Checkpoint) -> bool:
         except Exception as exc:  # a server tool's failure is the model's to handle
             log.warning("server tool %s failed: %s", call["name"], exc)
             output = f"[Tool Error] {exc}"
+        if isinstance(output, Deferred):  # its slot stays open; the next call runs at once
+            cp.deferred[str(len(cp.results))] = output.ref
+            cp.results.append({"role": "tool", "tool_call_id": call["id"], "content": ""})
+            ports.save(cp)
+            return True
         _finish_call(ports, cp, output, "done")
         return True
     known = {t["function"]["name"] for t in ports.tools()}
@@ -344,6 +390,9 @@ def _run_next_call(ports: TurnPorts, cp: Checkpoint) -> bool:
         _finish_call(ports, cp, f"[Tool Error] unknown tool {call['name']!r}", "error")
         return True
     cp.waiting_rtc = ports.create_rtc(cp.step, call, arguments)
+    if not cp.waiting_rtc:  # the device is busy with another RTC of the tree: asked again later
+        ports.wait()
+        return False
     ports.save(cp)
     outcome = ports.rtc_outcome(cp.waiting_rtc)  # a repeated step may find it already finished
     if outcome.finished:

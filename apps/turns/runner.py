@@ -23,6 +23,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from apps.gateway.events import item, publish_live, publish_update
+from apps.rtc import gate
 from apps.rtc import tools as rtc_tools
 from apps.rtc.models import TERMINAL_RTC_STATUSES, Rtc, RtcStatus
 from apps.rtc.serializers import rtc_to_dict
@@ -292,7 +293,7 @@ class DjangoTurnPorts:
     def is_server_tool(self, name: str) -> bool:
         return server_tools.get(name) is not None
 
-    def run_server_tool(self, name: str, arguments: dict[str, Any]) -> str:
+    def run_server_tool(self, name: str, arguments: dict[str, Any]) -> str | server_tools.Deferred:
         """Run it in this worker (``apps.turns.server_tools``), for the call just recorded."""
         call_msg = self._last_call_msg
         ctx = server_tools.ToolContext(
@@ -300,6 +301,13 @@ class DjangoTurnPorts:
             message_id=str(call_msg.id) if call_msg is not None else None,
         )
         return server_tools.run(name, ctx, arguments)
+
+    def deferred_outcome(self, ref: str) -> RtcOutcome:
+        """A deferred server-tool result: ``ref`` is a sync sub-agent's session."""
+        from apps.tasks.subagents import deferred_outcome
+
+        finished, text, status = deferred_outcome(ref)
+        return RtcOutcome(finished, text, status or "done")
 
     def record_call(self, step: int, call: dict[str, Any]) -> None:
         """The ``toolcall_input`` message: api.yaml's ``ToolCall`` as the model issued it."""
@@ -339,6 +347,8 @@ class DjangoTurnPorts:
         )
 
     def create_rtc(self, step: int, call: dict[str, Any], arguments: dict[str, Any]) -> str:
+        """The call's RTC id; "" when another session of its sub-agent tree has an RTC open
+        on the device (``apps.rtc.gate``): the turn waits and asks again when that one ends."""
         self._check_hold()
         with transaction.atomic():
             # One RTC per call message (this step's call): ids like "call_0" recur across the
@@ -349,6 +359,8 @@ class DjangoTurnPorts:
             if rtc is not None:
                 return str(rtc.id)
             session = Session.objects.get(pk=self.session.id)
+            if not gate.admit(session, self.turn.id):
+                return ""
             rtc = Rtc.objects.create(
                 session_id=session.id,
                 turn_id=self.turn.id,
@@ -412,10 +424,12 @@ class DjangoTurnPorts:
             from apps.tasks.hooks import after_turn
 
             after_turn(self.turn)
+            _subagent_turn_end(self.turn)
 
     def cancel(self, cp: Checkpoint) -> None:
         close_open_rtcs(self.turn, reason="the turn was stopped")
-        self._turn_to(TurnStatus.CANCELLED)
+        if self._turn_to(TurnStatus.CANCELLED):
+            _subagent_turn_end(self.turn)
         state.checkpoint_delete(self.tid)
 
     def fail(self, error: LLMError) -> None:
@@ -429,7 +443,16 @@ class DjangoTurnPorts:
         close_open_rtcs(self.turn, reason="the turn failed")
         if self._turn_to(TurnStatus.FAILED, error_message=f"{error.category}: {error.title}"):
             add_error_message(self.turn, error)
+            _subagent_turn_end(self.turn)
         state.checkpoint_delete(self.tid)
+
+
+def _subagent_turn_end(turn: Turn) -> None:
+    """A sub-agent's turn gives it its result; an ended turn stops the children it waited on
+    (``apps.tasks.subagents.on_turn_end``, which never raises)."""
+    from apps.tasks.subagents import on_turn_end
+
+    on_turn_end(turn)
 
 
 def publish_turn(turn: Turn) -> None:
@@ -471,6 +494,7 @@ def close_open_rtcs(turn: Turn, *, reason: str) -> None:
                 items=[item("rtc", "updated", rtc.id)],
                 data_list=[rtc_to_dict(rtc)],
             )
+            gate.wake_after_commit(turn.session_id)
 
 
 def add_error_message(turn: Turn, error: LLMError) -> None:

@@ -15,7 +15,9 @@ Invariants:
   text as well; anything else propagates (the engine reports it, the worker keeps a database
   failure's item for a retry).
 * A handler is synchronous, runs inside the worker with the ORM, and returns the text the model
-  sees.
+  sees, or a ``Deferred``: the result comes later (a sync sub-agent). The engine then goes on
+  with the answer's other calls and waits, checkpointed as for an RTC, until every deferred
+  result of the answer is in (``ports.deferred_outcome(ref)``).
 """
 
 from __future__ import annotations
@@ -27,7 +29,10 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
+from apps.turns.engine import Deferred  # a handler's "the result comes later"
 from rtcagent.errors import RtcError
+
+__all__ = ["Deferred", "ServerTool", "ToolContext", "ToolError", "register", "run"]
 
 APPROVALS = ("auto", "ask")  # "ask": the user approves each call first (as write tools do)
 
@@ -42,7 +47,7 @@ class ToolContext:
     message_id: str | None = None
 
 
-Handler = Callable[[ToolContext, dict[str, Any]], str]
+Handler = Callable[[ToolContext, dict[str, Any]], "str | Deferred"]
 
 
 @dataclass(frozen=True)
@@ -132,8 +137,8 @@ def _short(text: str, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def run(name: str, ctx: ToolContext, arguments: dict[str, Any]) -> str:
-    """Validate ``arguments`` and run the tool; the text the model sees."""
+def run(name: str, ctx: ToolContext, arguments: dict[str, Any]) -> str | Deferred:
+    """Validate ``arguments`` and run the tool; the text the model sees (or ``Deferred``)."""
     tool = get(name)
     if tool is None:
         return f"[Tool Error] unknown tool {name!r}"

@@ -89,4 +89,7 @@ def turn_stop(*, user_id: int, session_id: uuid.UUID | str) -> Turn | None:
         publish_turn(turn)
         transaction.on_commit(lambda: (state.checkpoint_delete(str(turn.id)),
                                        queue.unpark(str(turn.session_id))))
+    from apps.tasks.subagents import on_turn_end
+
+    on_turn_end(turn)  # the sync sub-agents it waited on are stopped too
     return turn

@@ -197,6 +197,8 @@ class Worker:
             if turn.status not in TERMINAL_TURN_STATUSES:
                 self.run_turn(turn)
             return
+        if msg.client_id.startswith("subagent:") and _stopped_subagent(session_id):
+            return  # stopped before its turn began: it never runs
         try:
             with transaction.atomic():
                 if Turn.objects.filter(session_id=session_id,
@@ -275,6 +277,7 @@ class Worker:
             ("expire RTCs", expire_rtcs),
             ("resume orphans", self.resume_orphans),
             ("requeue dead memory extractions", _sweep_extractions),
+            ("finish sub-agents whose turn ended", _sweep_subagents),
         ]
         if time.monotonic() - self._pruned_at > 600:  # every 10 minutes
             self._pruned_at = time.monotonic()
@@ -302,9 +305,14 @@ class Worker:
         open_rtc = Rtc.objects.filter(turn_id=OuterRef("pk")).exclude(
             status__in=TERMINAL_RTC_STATUSES
         )
+        # a turn waiting on its sync sub-agents is resumed by their ends, not polled
+        from apps.tasks.models import SubAgent, SubAgentStatus
+
+        children = SubAgent.objects.filter(parent_turn_id=OuterRef("pk"), mode="sync",
+                                           status=SubAgentStatus.RUNNING)
         waiting = Turn.objects.filter(
             status=TurnStatus.INTERRUPTED, updated_at__lt=quiet
-        ).exclude(Exists(open_rtc))
+        ).exclude(Exists(open_rtc)).exclude(Exists(children))
         for turn in waiting:
             _isolated("nudge turn", turn.id, self._nudge, turn)
         running = [TurnStatus.RUNNING, TurnStatus.PENDING]
@@ -321,6 +329,7 @@ class Worker:
                                    deleted_at__isnull=True, session__deleted_at__isnull=True)
             .exclude(client_id="")
             .exclude(client_id__startswith="turn:")
+            .exclude(session__sub_agent__status="stopped")
             .order_by("session_id", "global_offset")
         )
         for msg in orphans[:200]:
@@ -337,6 +346,13 @@ class Worker:
             return
         # The owner too: after Redis lost its data no enqueue may have recorded it yet.
         queue.enqueue_resume(sid, turn.id, user_id=turn.user_id)
+
+
+def _stopped_subagent(session_id: str) -> bool:
+    from apps.tasks.models import SubAgent, SubAgentStatus
+
+    return SubAgent.objects.filter(session_id=session_id,
+                                   status=SubAgentStatus.STOPPED).exists()
 
 
 def park_session(session_id: str) -> None:
@@ -364,6 +380,12 @@ def _maybe_extract(session_id: object) -> None:
     from apps.memory.extraction import maybe_extract
 
     maybe_extract(str(session_id))
+
+
+def _sweep_subagents() -> None:
+    from apps.tasks.subagents import sweep
+
+    sweep(float(rtc_setting("ORPHAN_AFTER")))
 
 
 def _sweep_extractions() -> None:

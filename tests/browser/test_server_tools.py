@@ -306,3 +306,81 @@ def _sub_agent(title: str, instruction: str) -> dict[str, Any]:
 
 def _tree(page: Any) -> Any:
     return page.locator("rtc-message-list ul[part=sub-agents]").first
+
+
+def test_sub_agents_show_as_a_tree_under_the_message_that_started_them(
+        page: Any, web: Any, worker: Any, model: Any, web_user: Any) -> None:
+    from apps.sessions.models import Session
+
+    # The parent starts two sub-agents at once; the first starts one of its own.
+    model.add_rule({"last_user_contains": "split the research"}, {"tool_calls": [
+        _sub_agent("Tram lines", "TASK-TRAM: list the tram lines of Lisbon"),
+        _sub_agent("Viewpoints", "TASK-VIEW: list the viewpoints of Lisbon")]})
+    model.add_rule({"last_user_contains": "TASK-TRAM"},
+                   {"tool_calls": [_sub_agent("Tram 28", "TASK-28: describe tram 28")]})
+    model.add_rule({"last_user_contains": "TASK-28"}, {"content": "Tram 28 climbs to the castle."})
+    model.add_rule({"last_tool_result_contains": "Tram 28 climbs"},
+                   {"content": "Trams: 12, 15, 18, 24 and 28."})
+    model.add_rule({"last_user_contains": "TASK-VIEW"},
+                   {"content": "Viewpoints: Graça and Santa Luzia."})
+    model.add_rule({"last_tool_result_contains": "Viewpoints: Graça"},
+                   {"content": "Research done: trams and viewpoints."})
+    login(page, web_user)
+    sid = _ask(page, "split the research on Lisbon", "Research done: trams and viewpoints.")
+
+    children = list(Session.objects.filter(parent_session_id=sid).order_by("created_at"))
+    assert sorted(c.title for c in children) == ["Tram lines", "Viewpoints"]
+    tram = next(c for c in children if c.title == "Tram lines")
+    view = next(c for c in children if c.title == "Viewpoints")
+    grandchild = Session.objects.get(parent_session_id=tram.id)
+    _expect_tree(page, tram, view, grandchild)
+    # each with its latest words (streamed to this page while it ran)
+    words = _tree(page).locator(f":scope > li[data-session='{view.id}'] > .sa-words")
+    expect(words).to_have_text("Viewpoints: Graça and Santa Luzia.")
+    # Sub-agents are not conversations of their own in the list.
+    expect(page.locator("rtc-session-list li")).to_have_count(1)
+
+    # Open one: its conversation, read-only, with the way back.
+    _tree(page).locator(f"li[data-session='{view.id}'] > .row .sa-open").click()
+    expect(page.locator("rtc-message-list .md").last).to_have_text(
+        "Viewpoints: Graça and Santa Luzia.", timeout=10000)
+    lineage = page.locator("rtc-task-panel [part=sub-agent-lineage]")
+    expect(lineage).to_contain_text("Sub-agent Viewpoints")
+    expect(page.locator("rtc-composer textarea")).to_be_hidden()
+    expect(page.locator("rtc-composer [part=read-only]")).to_be_visible()
+    expect(page.locator("rtc-message-list .fork")).to_have_count(0)
+    lineage.locator("[data-act=parent]").click()
+    expect(page.locator("rtc-message-list .md").last).to_have_text(
+        "Research done: trams and viewpoints.")
+    expect(page.locator("rtc-composer textarea")).to_be_visible()
+
+    # After a reload without the cached state, the tree comes back from the server
+    # (v1.session.list {parent_session_id}).
+    page.evaluate("""async () => {
+        const agent = document.querySelector('rtc-agent').agent;
+        agent.sync.persist = async () => {};  // nothing saved again before the reload
+        await agent.db.del('kv', 'snapshot');
+    }""")
+    page.reload()
+    expect(page.locator("rtc-agent .conn")).to_have_text("connected", timeout=15000)
+    page.locator("rtc-agent .bubble").click()
+    _expect_tree(page, tram, view, grandchild)
+    assert page.errors == []
+
+
+def _expect_tree(page: Any, tram: Any, view: Any, grandchild: Any) -> None:
+    tree = _tree(page)
+    top = tree.locator(":scope > li.sa")
+    expect(top).to_have_count(2, timeout=15000)
+    # under the message that started them (the parent's subAgent call)
+    anchor = str(tram.sub_agent_parent_message_id)
+    assert anchor and str(view.sub_agent_parent_message_id) == anchor
+    holder = page.locator(f"rtc-message-list .msg[data-id='{anchor}']")
+    expect(holder.locator("ul[part=sub-agents] li.sa")).to_have_count(3)
+    first = tree.locator(f":scope > li[data-session='{tram.id}']")
+    expect(first.locator(":scope > .row .sa-title")).to_have_text("Tram lines")
+    expect(first).to_have_attribute("data-state", "done", timeout=15000)
+    nested = first.locator(f"ul[part=sub-agents] > li[data-session='{grandchild.id}']")
+    expect(nested.locator(".sa-title")).to_have_text("Tram 28")
+    second = tree.locator(f":scope > li[data-session='{view.id}']")
+    expect(second.locator(":scope > .row .status")).to_have_text("done", timeout=15000)

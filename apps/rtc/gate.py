@@ -1,0 +1,77 @@
+"""One RTC at a time per device across a sub-agent tree.
+
+A session has at most one unfinished RTC (its turn runs one call at a time). Sub-agents run in
+parallel, and their browser tools go to the root session's device (a child takes its parent's
+``device_id``), so without a gate the sessions of one tree could ask the same browser several
+things at once. ``admit`` is asked right before an RTC is created, inside the creating
+transaction: with the root session's row locked, it refuses while another session of the tree
+has an RTC open. The refused turn waits (``interrupted``, no RTC) and is resumed when that RTC
+ends (``wake_after_commit``), or by the sweeper's orphan pass if the wake was lost; it then
+asks again. Sessions without sub-agents skip the gate (nothing changes for them).
+
+A waiter is registered in Redis before the check, so an RTC that ends between the check and
+the refusal still wakes it; a spurious wake costs one resume that asks again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from typing import Any
+
+import redis
+from django.db import transaction
+from django.db.models import Q
+
+from apps.rtc.models import TERMINAL_RTC_STATUSES, Rtc
+from apps.sessions.models import Session
+from rtcagent.redis import get_redis
+
+WAITERS_TTL = 24 * 3600
+
+
+def _key(root_id: object) -> str:
+    return f"rtc:gate:{{{root_id}}}:waiters"
+
+
+def _root(session: Session) -> uuid.UUID:
+    return session.root_session_id or session.id
+
+
+def admit(session: Session, turn_id: Any) -> bool:
+    """May ``turn_id`` (of ``session``) create its RTC now? Call inside the creating
+    transaction."""
+    root = _root(session)
+    if session.root_session_id is None and not Session.objects.filter(
+            root_session_id=root).exists():
+        return True
+    member = f"{session.id}|{turn_id}|{session.user_id}"
+    r = get_redis()
+    with r.pipeline(transaction=False) as pipe:
+        pipe.sadd(_key(root), member).expire(_key(root), WAITERS_TTL).execute()
+    list(Session.objects.select_for_update().filter(pk=root).values_list("pk", flat=True))
+    busy = (Rtc.objects.filter(Q(session_id=root) | Q(session__root_session_id=root))
+            .exclude(status__in=TERMINAL_RTC_STATUSES).exclude(turn_id=turn_id).exists())
+    if not busy:
+        r.srem(_key(root), member)
+    return not busy
+
+
+def wake(session_id: Any) -> None:
+    """An RTC of ``session_id``'s tree ended: resume the turns waiting at the gate."""
+    from apps.turns.queue import enqueue_resume
+
+    row = Session.objects.filter(pk=session_id).values("id", "root_session_id").first()
+    if row is None:
+        return
+    root = row["root_session_id"] or row["id"]
+    with contextlib.suppress(redis.RedisError):
+        r = get_redis()
+        waiters = r.spop(_key(root), 1000) or []
+        for member in waiters:
+            sid, tid, uid = str(member).split("|")
+            enqueue_resume(sid, tid, user_id=uid)
+
+
+def wake_after_commit(session_id: Any) -> None:
+    transaction.on_commit(lambda: wake(session_id), robust=True)
