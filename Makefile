@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 PORT   ?= 8000
 export PORT
 
-.PHONY: run demo test lint install vendor browser-deps check-deploy clean
+.PHONY: run demo test lint install vendor browser-deps check-deploy clean bench
 
 # Progress lines of the first run, which spends minutes downloading before anything else shows.
 SAY := @printf '\n==> %s\n'
@@ -99,6 +99,14 @@ check-deploy: install vendor
 	$(BIN)/python manage.py check --deploy --fail-level WARNING || exit $$?; \
 	root=$$(mktemp -d) && trap 'rm -rf "$$root"' EXIT && \
 	$(BIN)/python -c '$(COLLECT_CHECK)' "$$root"
+
+## Benchmarks against bare baselines (docs/performance.md): needs PostgreSQL and Redis, e.g.
+## DATABASE_URL=postgres://postgres@127.0.0.1:5432/rtcagent REDIS_URL=redis://127.0.0.1:6379/0.
+## BENCH_ARGS=--smoke checks the harness in about 10 s; --only rpc,chunks runs some cases.
+bench: install
+	$(SAY) "Benchmarking (under 5 minutes): results in bench/results/latest.json and latest.md"
+	$(BIN)/python manage.py migrate --noinput -v 0
+	$(BIN)/python -m bench $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) staticfiles

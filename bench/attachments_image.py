@@ -53,12 +53,12 @@ print(json.dumps([b - a for a, b in zip(stamps, stamps[1:])]), flush=True)
 """
 
 
-def photo() -> bytes:
+def photo(size: tuple[int, int] = (4000, 3000)) -> bytes:
     """A 4000x3000 JPEG (12 MP) of smooth gradients and noise, EXIF orientation 6."""
     from PIL import Image, ImageFilter
 
-    noise = Image.effect_noise((4000, 3000), 60).filter(ImageFilter.GaussianBlur(2))
-    gradient = Image.linear_gradient("L").resize((4000, 3000))
+    noise = Image.effect_noise(size, 60).filter(ImageFilter.GaussianBlur(2))
+    gradient = Image.linear_gradient("L").resize(size)
     img = Image.merge("RGB", (gradient, noise, gradient.transpose(Image.Transpose.ROTATE_180)))
     exif = Image.Exif()
     exif[0x0112] = 6
@@ -97,11 +97,11 @@ def pool_cpu(pids: list[int]) -> float:
     return total
 
 
-def per_image(rounds: int, per_round: int) -> dict[str, Any]:
+def per_image(rounds: int, per_round: int, size: tuple[int, int] = (4000, 3000)) -> dict[str, Any]:
     from apps.attachments.imaging import Limits, process_image
     from apps.attachments.pool import ImagePool
 
-    data = photo()
+    data = photo(size)
     pool = ImagePool()
     limits = Limits()
     pool.run(process_image, data, "JPEG", limits)  # start the processes before timing
@@ -128,7 +128,7 @@ def per_image(rounds: int, per_round: int) -> dict[str, Any]:
                     cpu[name].append(used / per_round)
     finally:
         pool.shutdown()
-    report: dict[str, Any] = {"input_bytes": len(data), "source": "4000x3000, EXIF 6"}
+    report: dict[str, Any] = {"input_bytes": len(data), "source": f"{size[0]}x{size[1]}, EXIF 6"}
     for name in times:
         report[name] = {
             "p50_s": statistics.median(times[name]),

@@ -147,7 +147,14 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # A file, not ":memory:", so that servers started by the tests share the test database.
     DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / f"test-{os.getpid()}.sqlite3")}
 else:
-    DATABASES["default"]["CONN_MAX_AGE"] = env.int("DATABASE_CONN_MAX_AGE", default=0)
+    # Persistent connections: a new PostgreSQL connection per RPC (the old default, 0) cost
+    # more than the query itself and kept PostgreSQL at 97 % of a core under load
+    # (docs/performance.md). Each thread that touches the ORM keeps one for up to a minute.
+    # Not in a test run (pytest sets PYTEST_VERSION): the test process's helper threads would
+    # keep theirs open and block the teardown's DROP DATABASE.
+    DATABASES["default"]["CONN_MAX_AGE"] = env.int(
+        "DATABASE_CONN_MAX_AGE", default=0 if os.environ.get("PYTEST_VERSION") else 60
+    )
     # A persistent connection (CONN_MAX_AGE > 0) is checked with SELECT 1 before its first use
     # in each request or RPC: after PostgreSQL restarted, a dead one is replaced instead of
     # failing that request. Without persistent connections there is nothing to check.

@@ -61,3 +61,42 @@ def identity_valid(identity: Identity) -> bool:
     return user_token_valid(
         user_id=identity.user_id, issued_at=identity.iat, family_id=identity.fid
     )
+
+
+def identities_valid(identities: list[Identity]) -> list[bool]:
+    """``identity_valid`` for many connections at once, in two reads whatever their number (the
+    process-wide tick of ``apps.gateway.ticks``). The same rule as
+    ``apps.accounts.selectors.user_token_valid``: the user exists and is active, the token was
+    issued at or after ``tokens_valid_after``, and its family (when it names one) is the user's
+    and not revoked; a family id that is not a UUID is refused."""
+    import uuid
+
+    from django.contrib.auth import get_user_model
+
+    from apps.accounts.models import TokenFamily
+
+    if not identities:
+        return []
+    users = dict(get_user_model().objects.filter(
+        pk__in={i.user_id for i in identities}, is_active=True
+    ).values_list("pk", "tokens_valid_after"))
+    fids: dict[str, uuid.UUID | None] = {}
+    for i in identities:
+        if i.fid is not None and i.fid not in fids:
+            try:
+                fids[i.fid] = uuid.UUID(i.fid)
+            except (TypeError, ValueError, AttributeError):
+                fids[i.fid] = None
+    wanted = {f for f in fids.values() if f is not None}
+    live = dict(TokenFamily.objects.filter(pk__in=wanted, revoked_at__isnull=True)
+                .values_list("pk", "user_id")) if wanted else {}
+    out = []
+    for i in identities:
+        ok = i.user_id in users
+        if ok and i.fid is not None:
+            fid = fids[i.fid]
+            ok = fid is not None and live.get(fid) == i.user_id
+        if ok and users[i.user_id] is not None:
+            ok = i.iat >= users[i.user_id].timestamp()
+        out.append(ok)
+    return out

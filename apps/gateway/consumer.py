@@ -9,9 +9,12 @@ channels:
   the consumer delivers offsets strictly in order, ``last + 1`` at a time. A hole is first
   waited for (``REORDER_WAIT``), then read from PostgreSQL, then settled by the gap filler; a
   hole that stays, or an epoch change, closes the connection with 3010 so the client reconnects
-  and recovers. Every ping tick also compares the committed watermark with ``last``, so a
-  publication whose bell was lost is still delivered.
-* ``live:u=<id>``: not recoverable (LLM chunks).
+  and recovers. Every tick (``apps.gateway.ticks``, one per process and ping interval) also
+  compares the committed watermark with ``last``, so a publication whose bell was lost is
+  still delivered.
+* ``live:u=<id>``: not recoverable (LLM chunks): frames from the live bus
+  (``apps.gateway.livebus``, Redis pub/sub) are forwarded as they come, already encoded; the
+  channel-layer group is still joined for other senders.
 
 Nothing is pushed before the connect reply: publications arriving meanwhile are buffered.
 Terminal closes send ``push.disconnect`` first, since Daphne drops close reasons.
@@ -36,7 +39,8 @@ import uuid
 from typing import Any
 from urllib.parse import urlsplit
 
-from asgiref.sync import sync_to_async
+import orjson
+from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
@@ -47,7 +51,7 @@ from rtcagent import keys
 from rtcagent.conf import rtc_setting, wire_limits
 from rtcagent.errors import InvalidRequest, RtcError
 
-from . import presence, recovery, registry, stream
+from . import livebus, presence, recovery, registry, stream, ticks
 from . import protocol as P
 from .auth import Identity, TokenRejected, authenticate, identity_valid
 
@@ -92,6 +96,7 @@ class GatewayConsumer(AsyncWebsocketConsumer):
         self.topic_last = 0
         self.topic_buffer: dict[int, Any] = {}
         self.hole_task: asyncio.Task[None] | None = None
+        self.live_joined: int | None = None  # the user whose live bus frames this socket gets
         # Refuse inside the protocol, never with an HTTP 403 (clients retry those forever).
         await self.accept()
         headers = dict(self.scope.get("headers") or [])
@@ -102,16 +107,34 @@ class GatewayConsumer(AsyncWebsocketConsumer):
             return
         self.timers.append(asyncio.create_task(self._connect_deadline()))
 
+    async def dispatch(self, message: dict[str, Any]) -> None:
+        """channels' dispatch without its ``aclose_old_connections()`` before every message: a
+        hop to asgiref's one shared sync thread per frame (every pong, RPC and bell of every
+        connection of the process, one at a time) to close database connections of that thread,
+        which this consumer never uses: its database work runs in ``db_hop``, which closes old
+        connections around each call itself (docs/performance.md)."""
+        handler = getattr(self, get_handler_name(message), None)
+        if handler is None:
+            raise ValueError(f"No handler for message type {message['type']}")
+        await handler(message)
+
     # --- transport ---------------------------------------------------------------------------
 
     async def send_objs(self, *objs: dict[str, Any]) -> None:
         if objs and not self.closed:
-            text = P.encode(*objs)
-            await self.send(text_data=text)
-            self.sent_bytes += len(text)  # characters: a lower bound of the bytes, good enough
-            if objs[0] == {}:
-                self.ping_marks.append(self.sent_bytes)
-            await self._check_backlog()
+            await self._send_text(P.encode(*objs), ping=objs[0] == {})
+
+    async def _send_text(self, text: str, *, ping: bool = False) -> None:
+        await self.send(text_data=text)
+        self.sent_bytes += len(text)  # characters: a lower bound of the bytes, good enough
+        if ping:
+            self.ping_marks.append(self.sent_bytes)
+        await self._check_backlog()
+
+    async def send_live(self, text: str) -> None:
+        """A ``live:u=<id>`` frame from the live bus, already encoded (``apps.gateway.livebus``)."""
+        if not self.closed and self.identity is not None:
+            await self._send_text(text)
 
     async def _check_backlog(self) -> None:
         limit = self.slow_limit
@@ -163,6 +186,11 @@ class GatewayConsumer(AsyncWebsocketConsumer):
         for task in [*self.timers, *self.rpc_tasks, self.hole_task, self.probe]:
             if task is not None and task is not current:
                 task.cancel()
+        ticks.ticker().discard(self)
+        if self.live_joined is not None:
+            uid, self.live_joined = self.live_joined, None
+            with contextlib.suppress(Exception):
+                await livebus.bus().leave(uid, self)
         await self._leave_groups()
 
     async def _leave_groups(self) -> None:
@@ -285,6 +313,10 @@ class GatewayConsumer(AsyncWebsocketConsumer):
         result.update(self._expiry_fields())
         await self.send_objs(P.reply(cmd.id, "connect", result))
         self.acked_bytes = self.sent_bytes
+        if not self.closed:
+            ticks.ticker().add(self)
+            self.live_joined = uid
+            await livebus.bus().join(uid, self)
         buffered, self.pre_connect = self.pre_connect or [], None
         for event in buffered:
             await self._on_group_event(event)
@@ -346,31 +378,21 @@ class GatewayConsumer(AsyncWebsocketConsumer):
             if self.awaiting_pong:
                 await self.disconnect_with(P.DISCONNECT_NO_PONG)
                 return
-            await self._recheck_identity()
-            if not self.closed:
-                await self._poll_watermark()
 
-    async def _recheck_identity(self) -> None:
-        """The user may have been deleted, deactivated or had its tokens revoked since connect:
-        the bell of ``events.disconnect_user`` may be lost (the channel layer is at most once),
-        so every ping tick asks the database too. A database hiccup keeps the connection."""
-        assert self.identity is not None
-        try:
-            valid = await db_hop(identity_valid)(self.identity)
-        except Exception:
-            log.warning("re-checking user %s failed", self.identity.user_id, exc_info=True)
-            return
-        if not valid:
+    async def on_tick(self, identity: Identity, valid: bool | None, pos: Any) -> None:
+        """The process-wide tick's answers for this connection (``apps.gateway.ticks``).
+
+        The user may have been deleted, deactivated or had its tokens revoked since connect: the
+        bell of ``events.disconnect_user`` may be lost (the channel layer is at most once), so
+        every tick asks the database too (``valid``; None when the read failed, which keeps the
+        connection). ``pos`` is the topic's position: an epoch change closes with 3010, a
+        watermark past what was delivered starts the hole repair (a lost bell)."""
+        if self.closed or self.identity is not identity:
+            return  # refreshed meanwhile: the next tick checks the new token
+        if valid is False:
             await self.disconnect_with(P.DISCONNECT_INVALID_TOKEN, "token no longer valid")
-
-    async def _poll_watermark(self) -> None:
-        assert self.identity is not None
-        try:
-            pos = await sync_to_async(stream.position, thread_sensitive=False)(
-                self.identity.user_id
-            )
-        except Exception:  # Redis hiccup: keep pinging; the next tick polls again
-            log.exception("watermark poll failed for user %s", self.identity.user_id)
+            return
+        if pos is None:
             return
         if pos.epoch != self.topic_epoch:
             await self.disconnect_with(P.DISCONNECT_INSUFFICIENT_STATE)
@@ -439,11 +461,11 @@ class GatewayConsumer(AsyncWebsocketConsumer):
                 target = max([upto, *self.topic_buffer])
                 if target <= self.topic_last:
                     return
-                rows = await db_hop(stream.read_range)(
+                rows = await db_hop(stream.read_raw)(
                     uid, self.topic_epoch, self.topic_last, target
                 )
-                for row in rows:
-                    self.topic_buffer.setdefault(row.offset, row.publication())
+                for offset, raw in rows:
+                    self.topic_buffer.setdefault(offset, orjson.Fragment(raw))
                 await self._drain_topic()
                 if self.topic_last >= target:
                     return

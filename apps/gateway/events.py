@@ -5,8 +5,9 @@ It allocates the offset, stores the Update durably and schedules the publication
 commit, then returns the Update for the RPC reply. If the transaction rolls back, nothing is
 published and the offset becomes a ``gap`` (see ``apps.gateway.stream``).
 
-``publish_live`` sends to ``live:u=<id>`` through the channel layer: at most once, never for
-anything that must arrive (LLM chunks, whose final text always follows as a topic Update).
+``publish_live`` sends to ``live:u=<id>`` over Redis pub/sub (``apps.gateway.livebus``): at most
+once, never for anything that must arrive (LLM chunks, whose final text always follows as a topic
+Update).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 
 from rtcagent import keys, layer
 
-from . import stream
+from . import livebus, stream
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +48,7 @@ def publish_update(
 def publish_live(user_id: int, data: dict[str, Any]) -> None:
     """Best-effort publication on ``live:u=<user_id>`` (dropped when nobody listens)."""
     try:
-        layer.group_send(keys.live_group(user_id), {"type": "live.publication", "data": data})
+        livebus.publish(user_id, data)
     except Exception:
         log.exception("live publication failed for user %s", user_id)
 
@@ -60,7 +61,7 @@ def disconnect_user(
     user's other logins (another browser) keep theirs.
 
     The channel layer delivers at most once, so this is the fast path only: each connection
-    also re-checks its token on every ping tick (``GatewayConsumer._recheck_identity``).
+    also re-checks its token every ping interval (``apps.gateway.ticks``).
     """
     from .protocol import DISCONNECT_INVALID_TOKEN
 

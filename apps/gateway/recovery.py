@@ -57,8 +57,10 @@ def topic_start(user_id: int, hint: Any) -> TopicStart:
     publication after the client's offset up to the watermark is still stored and within
     ``RECOVERY_LIMIT``; otherwise ``recovered: false`` and the client reloads its state.
     """
-    stream.fill_gaps(user_id)
     pos = stream.position(user_id)
+    if pos.watermark < pos.offset:  # allocations in flight: settle the stale ones first
+        stream.fill_gaps(user_id)
+        pos = stream.position(user_id)
     start = TopicStart(epoch=pos.epoch, last=pos.watermark)
     asked = _hint_position(hint)
     if asked is None:
@@ -73,10 +75,10 @@ def topic_start(user_id: int, hint: Any) -> TopicStart:
         return start
     if pos.watermark - offset > rtc_setting("RECOVERY_LIMIT"):
         return start
-    rows = stream.read_range(user_id, pos.epoch, offset, pos.watermark)
+    rows = stream.read_raw(user_id, pos.epoch, offset, pos.watermark)
     if len(rows) != pos.watermark - offset:
         return start  # history was pruned or lost
-    publications = _within_bytes([{"data": r.publication(), "offset": r.offset} for r in rows])
+    publications = _within_bytes(rows)
     if len(publications) != len(rows):
         return start  # too large for one connect reply: the client reloads instead
     start.recovered = True
@@ -84,16 +86,17 @@ def topic_start(user_id: int, hint: Any) -> TopicStart:
     return start
 
 
-def _within_bytes(publications: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _within_bytes(rows: list[tuple[int, str]]) -> list[dict[str, Any]]:
     """The leading publications whose encoded size stays within ``RECOVERY_MAX_BYTES`` (at least
-    one): a reply is one WebSocket message, and both Daphne and the clients bound those."""
+    one): a reply is one WebSocket message, and both Daphne and the clients bound those. Each
+    ``data`` is the stored JSON text as an ``orjson.Fragment``: sent on as it is."""
     cap = int(rtc_setting("RECOVERY_MAX_BYTES"))
     total, out = 0, []
-    for pub in publications:
-        total += len(orjson.dumps(pub))
+    for offset, raw in rows:
+        total += len(raw) + 32  # the text (characters: close enough) and the pub's own keys
         if out and total > cap:
             break
-        out.append(pub)
+        out.append({"data": orjson.Fragment(raw), "offset": offset})
     return out
 
 
@@ -113,8 +116,7 @@ def history(user_id: int, *, since: tuple[int, str] | None, limit: int) -> dict[
             raise LookupError("unrecoverable position")
     cap = rtc_setting("HISTORY_MAX_LIMIT")
     limit = cap if limit < 0 else min(limit, cap)
-    rows = stream.read_range(user_id, pos.epoch, after, pos.watermark, limit)
+    rows = stream.read_raw(user_id, pos.epoch, after, pos.watermark, limit)
     # A page cut short by size is fine: the client asks again from its last offset.
-    result["publications"] = _within_bytes(
-        [{"data": r.publication(), "offset": r.offset} for r in rows])
+    result["publications"] = _within_bytes(rows)
     return result

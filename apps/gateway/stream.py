@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import IntegrityError, transaction
+from django.db.models import TextField
+from django.db.models.functions import Cast
 
 from rtcagent import keys, layer
 from rtcagent.conf import rtc_setting
@@ -90,6 +92,17 @@ def _run_position_script(user_id: int, allocate: bool) -> Position:
     return Position(epoch=str(epoch), offset=int(off), watermark=int(mark))
 
 
+def positions(user_ids: list[int]) -> dict[int, Position]:
+    """``position`` of many users in one round trip (a pipeline of the same script)."""
+    pipe = get_redis().pipeline(transaction=False)
+    for uid in user_ids:
+        pipe.eval(_POSITION_LUA, 4, keys.topic_epoch(uid), keys.topic_offset(uid),
+                  keys.topic_pending(uid), keys.topic_pending_users(), secrets.token_hex(6), "",
+                  str(uid), "0")
+    return {uid: Position(epoch=str(epoch), offset=int(off), watermark=int(mark))
+            for uid, (epoch, off, mark) in zip(user_ids, pipe.execute(), strict=True)}
+
+
 def allocate(user_id: int) -> Position:
     """Take the next offset of the user's topic (``Position.offset``)."""
     return _run_position_script(user_id, allocate=True)
@@ -152,6 +165,25 @@ def read_range(
         user_id=user_id, epoch=epoch, offset__gt=after, offset__lte=upto
     ).order_by("offset")
     return list(rows if limit is None else rows[:limit])
+
+
+GAP_JSON = '{"type":"gap","data":{}}'
+
+
+def read_raw(
+    user_id: int, epoch: str, after: int, upto: int, limit: int | None = None
+) -> list[tuple[int, str]]:
+    """``(offset, publication data as JSON text)`` of ``read_range``'s rows, as the database
+    prints them: replay sends them on with ``orjson.Fragment``, never decoding or re-encoding a
+    publication (docs/performance.md, replay)."""
+    rows = (
+        TopicEvent.objects.filter(user_id=user_id, epoch=epoch, offset__gt=after, offset__lte=upto)
+        .order_by("offset")
+        .annotate(raw=Cast("data", TextField()))
+        .values_list("offset", "kind", "raw")
+    )
+    return [(offset, GAP_JSON if kind == TopicEvent.Kind.GAP else raw)
+            for offset, kind, raw in (rows if limit is None else rows[:limit])]
 
 
 def fill_gaps(user_id: int, *, grace: float | None = None) -> int:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import random
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -141,6 +142,36 @@ class ChatModel(Protocol):
     ) -> Iterator[Event]: ...
 
 
+_clients: dict[tuple[str, str | None, float, float], openai.OpenAI] = {}
+_clients_lock = threading.Lock()
+
+
+def shared_client(
+    api_key: str, base_url: str | None, timeout: float, connect_timeout: float
+) -> openai.OpenAI:
+    """One ``openai.OpenAI`` per process and configuration, shared by every ``OpenAIChat``.
+
+    The worker builds an ``OpenAIChat`` per turn and per resume; a client of its own each time
+    cost a new SSL context and connection pool (about 21 ms before the first byte, measured in
+    docs/performance.md). The client is thread-safe and keeps its connections alive between
+    calls, so sharing it also saves the TCP (and TLS) handshake of every call after the first.
+    """
+    key = (api_key, base_url, timeout, connect_timeout)
+    with _clients_lock:
+        client = _clients.get(key)
+        if client is None:
+            import openai
+
+            client = openai.OpenAI(
+                api_key=api_key,
+                base_url=base_url,
+                timeout=openai.Timeout(timeout, connect=min(timeout, connect_timeout)),
+                max_retries=0,  # retries are ours: bounded, and never after a yielded delta
+            )
+            _clients[key] = client
+        return client
+
+
 class OpenAIChat:
     """``ChatModel`` over any OpenAI-compatible ``/chat/completions`` endpoint."""
 
@@ -228,16 +259,8 @@ class OpenAIChat:
         if not self.api_key:
             raise classify(MissingAPIKey("no API key configured"))
         if self._client is None:
-            import openai
-
-            self._client = openai.OpenAI(
-                api_key=self.api_key,
-                base_url=self.base_url,
-                timeout=openai.Timeout(
-                    self.timeout, connect=min(self.timeout, self.connect_timeout)
-                ),
-                max_retries=0,  # retries are ours: bounded, and never after a yielded delta
-            )
+            self._client = shared_client(self.api_key, self.base_url, self.timeout,
+                                         self.connect_timeout)
         return self._client
 
     def _backoff(self, attempt: int, retry_after: float | None) -> float:
