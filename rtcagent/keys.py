@@ -18,6 +18,13 @@ def live_channel(user_id: int) -> str:
     return f"live:u={user_id}"
 
 
+def live_bus(user_id: int) -> str:
+    """Redis pub/sub channel of a user's live frames (LLM chunks, pre-encoded): the worker
+    publishes, every web process with a socket of that user subscribes
+    (``apps.gateway.livebus``)."""
+    return f"{PREFIX}:live:{{{user_id}}}"
+
+
 def topic_group(user_id: int) -> str:
     """Channel-layer group that rings the bell for a user's topic publications."""
     return f"topic.u.{user_id}"

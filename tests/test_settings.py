@@ -49,6 +49,7 @@ def test_check_deploy_is_clean_under_production_settings(settings) -> None:
 def test_channel_and_key_names_are_pinned() -> None:
     assert keys.topic_channel(7) == "topic:u=7"
     assert keys.live_channel(7) == "live:u=7"
+    assert keys.live_bus(7) == "rtc:live:{7}"
     assert keys.topic_group(7) == "topic.u.7"
     assert keys.live_group(7) == "live.u.7"
     assert keys.topic_epoch(7) == "rtc:topic:{7}:epoch"

@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 
 def bus_channel(user_id: int) -> str:
     """The Redis pub/sub channel of a user's live frames."""
-    return f"{keys.PREFIX}:live:{{{user_id}}}"
+    return keys.live_bus(user_id)
 
 
 def publish(user_id: int, data: dict[str, Any]) -> int:
