@@ -68,13 +68,18 @@ demo: install vendor
 	  OPENAI_API_KEY=demo OPENAI_BASE_URL=http://127.0.0.1:$$port/v1 RTC_MODEL=scripted-model \
 	  $(BIN)/python -m rtcagent.devrun
 
+## Two pytest processes share the machine's cores (pytest-xdist; a module stays on one of them,
+## for its module-wide servers); each has its own test database, Redis database and var folder
+## (tests/parallel.py). XDIST= runs everything in one process.
+XDIST ?= -n 2 --dist loadfile
+
 # Two runs: Playwright's sync API keeps an event loop in the thread it ran in, which the async
 # tests cannot share. pytest's exit 5 (no tests collected) fails loudly.
 test: install vendor browser-deps
 	$(SAY) "Running the test suite (then the browser tests in a second run)"
-	@$(BIN)/python -m pytest --ignore=tests/browser $(PYTEST_ARGS); s=$$?; \
+	@$(BIN)/python -m pytest --ignore=tests/browser $(XDIST) $(PYTEST_ARGS); s=$$?; \
 	  if [ $$s -eq 5 ]; then echo "FAIL: no tests collected" >&2; fi; [ $$s -eq 0 ] || exit $$s
-	@$(BIN)/python -m pytest tests/browser $(PYTEST_ARGS); s=$$?; \
+	@$(BIN)/python -m pytest tests/browser $(XDIST) $(PYTEST_ARGS); s=$$?; \
 	  if [ $$s -eq 5 ]; then echo "FAIL: no browser tests collected" >&2; fi; [ $$s -eq 0 ] || exit $$s
 
 lint: install
