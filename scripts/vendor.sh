@@ -26,6 +26,9 @@ mkdir -p "$OUT/licenses"
 cp node_modules/centrifuge/build/index.mjs "$OUT/centrifuge.mjs"
 cp node_modules/marked/lib/marked.esm.js "$OUT/marked.esm.js"
 cp node_modules/dompurify/dist/purify.es.mjs "$OUT/purify.es.mjs"
+# @cfworker/json-schema: its ES modules import each other by relative path: the whole folder.
+mkdir -p "$OUT/json-schema"
+for f in node_modules/@cfworker/json-schema/dist/esm/*.js; do cp "$f" "$OUT/json-schema/"; done
 # A file that names a source map gets its map too: the production build (whitenoise's manifest
 # storage) rewrites that reference to the hashed map and stops when the map is missing. Copying
 # keeps the vendored files byte-identical to the npm package (checkable with `cmp`) and lets
@@ -42,8 +45,14 @@ copy_source_map() {  # $1: the vendored copy, $2: the file it came from
 copy_source_map "$OUT/centrifuge.mjs" node_modules/centrifuge/build/index.mjs
 copy_source_map "$OUT/marked.esm.js" node_modules/marked/lib/marked.esm.js
 copy_source_map "$OUT/purify.es.mjs" node_modules/dompurify/dist/purify.es.mjs
+for f in "$OUT"/json-schema/*.js; do
+    copy_source_map "$f" "node_modules/@cfworker/json-schema/dist/esm/$(basename "$f")"
+done
 cp node_modules/centrifuge/LICENSE "$OUT/licenses/centrifuge-LICENSE"
 cp node_modules/marked/LICENSE.md "$OUT/licenses/marked-LICENSE.md" 2>/dev/null || cp node_modules/marked/LICENSE "$OUT/licenses/marked-LICENSE"
 cp node_modules/dompurify/LICENSE "$OUT/licenses/dompurify-LICENSE"
-node -e 'for (const p of ["centrifuge","marked","dompurify"]) console.log(p, require("./node_modules/" + p + "/package.json").version)' > "$OUT/VERSIONS"
+# The npm package ships no licence file: its package.json says MIT; record that and its source.
+node -e 'const p = require("./node_modules/@cfworker/json-schema/package.json"); console.log(`${p.name} ${p.version}: licence ${p.license} (package.json; the package ships no licence file).\nSource: ${p.repository}\nCopyright: ${p.author}`)' \
+    > "$OUT/licenses/cfworker-json-schema-LICENSE"
+node -e 'for (const p of ["centrifuge","marked","dompurify","@cfworker/json-schema"]) console.log(p, require("./node_modules/" + p + "/package.json").version)' > "$OUT/VERSIONS"
 echo "vendored into $OUT:"; cat "$OUT/VERSIONS"

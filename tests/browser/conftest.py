@@ -126,4 +126,69 @@ def keep_artifacts(page: Any, name: str) -> None:
     page.screenshot(path=str(out / f"{name}.png"))
 
 
-__all__ = ["artifacts_dir", "keep_artifacts", "login", "send", "shutil", "wait_connected"]
+__all__ = ["artifacts_dir", "expose_tokens", "integration_html", "keep_artifacts", "login", "send",
+           "serve_page", "shutil", "wait_connected"]
+
+
+# --- pages of an integrator (tests/browser/test_integration_*.py) ------------------------------
+
+INTEGRATION_PATH = "/__integration__/page.html"
+# A page Playwright answers has no address of its own: chromium's Local Network Access checks
+# then refuse its WebSocket to 127.0.0.1. Integrator pages get a browser without that check.
+INTEGRATION_ARGS = [*CHROMIUM_ARGS, "--disable-features=LocalNetworkAccessChecks"]
+
+
+@pytest.fixture(scope="session")
+def integration_chromium(chromium: Any) -> Iterator[Any]:
+    """A second chromium from the same Playwright (one sync Playwright per process)."""
+    browser = chromium.browser_type.launch(executable_path=CHROMIUM, args=INTEGRATION_ARGS)
+    yield browser
+    browser.close()
+
+
+@pytest.fixture
+def ipage(integration_chromium: Any, web: LiveServer) -> Iterator[Any]:
+    """A page of an integrator's site (see ``serve_page``), 1280 x 800; ``ipage.errors`` are the
+    page's uncaught errors."""
+    ctx = integration_chromium.new_context(base_url=web.http_url,
+                                           viewport={"width": 1280, "height": 800})
+    page = ctx.new_page()
+    page.errors = []
+    page.on("pageerror", lambda exc: page.errors.append(str(exc)))
+    yield page
+    ctx.close()
+
+
+def integration_html(script: str, *, body: str = "", head: str = "", lang: str = "en") -> str:
+    """A plain page of a site that embeds the widget: ``script`` is a module script (it may
+    ``import { createRtcAgent } from '/static/rtc-agent/rtc-agent.js'``)."""
+    return (f'<!doctype html><html lang="{lang}"><head><meta charset="utf-8">'
+            '<meta name="viewport" content="width=device-width, initial-scale=1">'
+            f'<title>Integration page</title>{head}</head><body><main><h1>Shop</h1>{body}</main>'
+            f'<script type="module">{script}</script></body></html>')
+
+
+def serve_page(page: Any, html: str, path: str = INTEGRATION_PATH) -> None:
+    """Open ``html`` at ``path`` on the live server's origin (Playwright answers that one
+    request, so the page shares the widget's origin, API and storage) and wait for its load."""
+    page.route(f"**{path}", lambda route: route.fulfill(
+        status=200, content_type="text/html; charset=utf-8", body=html))
+    page.goto(path)
+
+
+def expose_tokens(page: Any, user: Any) -> list[int]:
+    """``window.rtcTestToken(seconds=900)`` in the page: a fresh access token of ``user`` living
+    ``seconds``, signed by the server's key. Returns the list of lifetimes asked for (one entry
+    per call), for tests that count token requests."""
+    from datetime import timedelta
+
+    from apps.accounts.tokens import issue_access_token
+
+    calls: list[int] = []
+
+    def mint(seconds: int = 900) -> str:
+        calls.append(int(seconds))
+        return issue_access_token(user, lifetime=timedelta(seconds=int(seconds)))
+
+    page.expose_function("rtcTestToken", mint)
+    return calls

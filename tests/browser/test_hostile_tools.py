@@ -36,7 +36,10 @@ SNAPSHOT = """async () => {
     local: dump(localStorage),
     session: dump(sessionStorage),
     databases: (await indexedDB.databases()).map((d) => d.name).sort(),
-    files: (await agent.vfs.list()).map((f) => [f.path, f.content]).sort(),
+    // /functions/ holds the widget's own docs of the page's functions, rewritten whenever a
+    // function is registered: not something a tool call changed.
+    files: (await agent.vfs.list()).filter((f) => !f.path.startsWith('/functions/'))
+      .map((f) => [f.path, f.content]).sort(),
   };
 }"""
 

@@ -4,13 +4,14 @@ import { Db } from './idb.js';
 import { deviceId, jwtClaims, uuid } from './ids.js';
 import { Store } from './store.js';
 import { Connection } from './connection.js';
+import { SharedConnection, canShare } from './tabs.js';
 import { Sync } from './sync.js';
 import { Vfs } from './vfs.js';
 import { makeFileTools, ReadLog } from './tools.js';
 import { Outbox } from './outbox.js';
 import { Executor } from './executor.js';
 import { runScript } from './sandbox.js';
-import { functions, functionDoc } from './functions.js';
+import { docPath, functionDoc, indexDoc, invoke } from './functions.js';
 import { Uploads } from './uploads.js';
 import { Memories } from './memories.js';
 import { Tasks } from './tasks.js';
@@ -20,18 +21,30 @@ export const WORK_MODES = ['manual', 'edit', 'plan', 'auto', 'bypass'];
 
 export class Agent {
   // `getAgentPrompt()` answers the page's agent prompt (the element's `agent-prompt` attribute or
-  // `agentPrompt` property), read when a message creates a session.
-  constructor({ server, getToken, getAgentPrompt = () => '' }) {
+  // `agentPrompt` property), read when a message creates a session. `auth` is lib/auth.js's Auth
+  // (or, for older callers, `getToken({deviceId})`). `emit(name, detail)` tells the element's
+  // events (lib/events.js); `functions()` lists the page's functions (lib/functions.js);
+  // `beforeSend(text)` may cancel (null) or rewrite a message; `dbPrefix` names the IndexedDB
+  // database `<prefix>-<user id>` (the `database-name` attribute).
+  constructor({ server, auth = null, getToken = null, getAgentPrompt = () => '', emit = () => {},
+    functions = () => [], beforeSend = null, dbPrefix = '', shareConnection = false }) {
     this.server = new URL(server || location.origin, location.href).origin;
-    this.getToken = getToken;
-    this.getAgentPrompt = getAgentPrompt;
-    this.store = new Store();
     this.deviceId = deviceId();
+    this.auth = auth || { token: () => getToken({ deviceId: this.deviceId }), abort() {} };
+    this.getToken = () => this.auth.token();
+    this.getAgentPrompt = getAgentPrompt;
+    this.emit = emit;
+    this.functions = functions;
+    this.beforeSend = beforeSend;
+    this.dbPrefix = dbPrefix;
+    this.shareConnection = shareConnection && canShare(); // one socket for the tabs (lib/tabs.js)
+    this.stopped = false;
+    this.store = new Store();
     // The composer's attachments on their way to the store (presigned PUTs): see lib/uploads.js.
     this.uploads = new Uploads({
       store: this.store, server: this.server,
       userId: () => this.store.state.user,
-      getToken: () => this.getToken({ deviceId: this.deviceId }),
+      getToken: () => this.getToken(),
       limits: () => this.conn && this.conn.limits,
     });
     // The user's memories over the owner-only HTTP API: see lib/memories.js.
@@ -41,17 +54,21 @@ export class Agent {
   }
 
   async start() {
-    const token = await this.getToken({ deviceId: this.deviceId });
+    const token = await this.getToken();
     if (!token) throw new Error('getToken returned no token');
+    if (this.stopped) return;
     const userId = String(jwtClaims(token).sub);
     this.prefsKey = `rtc-agent:${new URL(this.server).host}:${userId}`;
     const prefs = JSON.parse(localStorage.getItem(this.prefsKey) || '{}');
-    this.db = await Db.open(this.prefsKey);
+    this.db = await Db.open(this.dbPrefix ? `${this.dbPrefix}-${userId}` : this.prefsKey);
+    if (this.stopped) { this.db.close(); return; }
     this.vfs = new Vfs(this.db);
     this.tools = makeFileTools(this.vfs, new ReadLog(this.db));
-    this.conn = new Connection({
+    const ConnectionClass = this.shareConnection ? SharedConnection : Connection;
+    this.conn = new ConnectionClass({
+      name: `rtc-agent-tabs:${this.prefsKey}`,
       server: this.server,
-      getToken: () => this.getToken({ deviceId: this.deviceId }),
+      getToken: () => this.auth.token({ force: true }),
       onState: (s) => this.onState(s),
       onSubscribed: (ctx) => this.sync.onSubscribed(ctx).then(() => this.executor.scan()).catch((e) => this.fail(e)),
       onTopic: (ctx) => this.sync.onTopic(ctx),
@@ -63,7 +80,8 @@ export class Agent {
       runTool: (name, params, ctx) => this.runTool(name, params, ctx),
     });
     this.store.watch('sessions', (session, old) => this.executor.onSession(session, old));
-    this.sync = new Sync({ store: this.store, db: this.db, conn: this.conn, onRtc: (r) => this.executor.onRtc(r), tasks: this.tasks });
+    this.sync = new Sync({ store: this.store, db: this.db, conn: this.conn, onRtc: (r) => this.executor.onRtc(r), tasks: this.tasks,
+      onLiveEntity: (kind, entity, old) => this.onLiveEntity(kind, entity, old) });
     const position = await this.sync.restore();
     this.store.set({ user: userId, workMode: WORK_MODES.includes(prefs.workMode) ? prefs.workMode : 'edit', currentSession: prefs.session || null });
     this.conn.start({ token, topic: `topic:u=${userId}`, position });
@@ -71,15 +89,66 @@ export class Agent {
     await this.outbox.drain();
     this.executor.ready = true;
     this.executor.scan();
-    for (const fn of functions.values()) await this.vfs.write(`/functions/${fn.name}.md`, functionDoc(fn));
+    await this.writeFunctionDocs();
     this.vfs.onChange(() => this.refreshFiles());
     this.refreshFiles();
     this.refreshOutbox();
   }
 
   onState(s) {
+    if (this.stopped) return;
+    const was = this.store.state.connection;
     this.store.set({ connection: s });
+    if (s !== was) this.emit('connectionStateChange', { state: s, previous: was });
     if (s === 'connected') this.outbox.drain();
+  }
+
+  // An entity that arrived live (topic or an action's answer, not a reload): messages the
+  // agent finished are the `messageReceived` event.
+  onLiveEntity(kind, entity, old) {
+    if (kind !== 'messages' || entity.role !== 'assistant' || entity.streaming_status !== 'completed') return;
+    if (old && old.streaming_status === 'completed') return;
+    this.emit('messageReceived', { message: entity });
+  }
+
+  // The page's functions documented in the VFS for the agent (/functions/INDEX.md and one file
+  // each); written at start and again, shortly after, whenever the registrations change.
+  async writeFunctionDocs() {
+    if (!this.vfs || this.stopped) return;
+    const fns = this.functions();
+    for (const fn of fns) await this.vfs.write(docPath(fn), functionDoc(fn));
+    if (fns.length) await this.vfs.write('/functions/INDEX.md', indexDoc(fns, this.functionGroups ? this.functionGroups() : new Map()));
+  }
+
+  functionsChanged() {
+    clearTimeout(this._docsTimer);
+    this._docsTimer = setTimeout(() => this.writeFunctionDocs().catch((e) => console.warn('rtc-agent: function docs', e)), 50);
+  }
+
+  findFunction(name) {
+    return this.functions().find((fn) => fn.tool === name || fn.path === name) || null;
+  }
+
+  // A page function run for the agent (an RTC) or from a script, validated first.
+  callFunction(fn, params, log = null) {
+    return invoke(fn, params, { emit: (name, detail) => this.emit(name, detail), log });
+  }
+
+  // Tear everything down (the element's destroy()): the socket (and its listeners), timers,
+  // pending token requests, uploads, the database. The agent cannot start again.
+  destroy() {
+    this.stopped = true;
+    this.auth.abort();
+    clearTimeout(this._docsTimer);
+    if (this.conn) this.conn.stop();
+    if (this.outbox) this.outbox.stop();
+    if (this.sync) this.sync.stop();
+    if (this.uploads && this.uploads.stop) this.uploads.stop();
+    if (this.memories && this.memories.stop) this.memories.stop();
+    if (this.vfs && this.vfs.stop) this.vfs.stop();
+    this.store.listeners.clear();
+    this.store.watchers.clear();
+    if (this.db) this.db.close();
   }
 
   fail(err) { console.error('rtc-agent:', err); this.store.set({ error: String(err.message || err) }); }
@@ -96,8 +165,8 @@ export class Agent {
   async runTool(name, params, ctx) {
     if (this.tools[name]) return this.tools[name](params, ctx);
     if (name === 'script') return this.script(params, ctx);
-    const fn = functions.get(name);
-    if (fn) return fn.handler(params || {});
+    const fn = this.findFunction(name);
+    if (fn) return this.callFunction(fn, params);
     throw new Error(`unknown tool: ${name}`);
   }
 
@@ -119,17 +188,19 @@ export class Agent {
       'fs.grep': () => this.tools.grep(args), 'fs.find': () => this.tools.find(args) };
     if (Object.hasOwn(fs, op)) return fs[op](); // never an inherited name (valueOf, constructor)
     if (op === 'callFunction') {
-      const fn = functions.get(args.name);
+      const fn = this.findFunction(args.name);
       if (!fn) throw new Error(`no such function: ${args.name}`);
-      return fn.handler(args.args || {});
+      return this.callFunction(fn, args.args);
     }
     throw new Error(`unknown call: ${op}`);
   }
 
   // --- actions -------------------------------------------------------------------------------
   async selectSession(id) {
-    if (id !== this.store.state.currentSession) this.store.state.commandNotice = null;
+    const changed = id !== this.store.state.currentSession;
+    if (changed) this.store.state.commandNotice = null;
     this.store.set({ currentSession: id });
+    if (changed) this.emit('sessionSwitched', { id });
     this.savePrefs({ session: id });
     if (id) await this.sync.loadSession(id).catch((e) => this.fail(e));
   }
@@ -146,8 +217,20 @@ export class Agent {
   // a retry sends the same files with the same client_id. A message that creates its session
   // carries the agent prompt (lib/agent-prompt.js), composed once, so a retry sends the same.
   // -> the session's id, or null when the send failed.
-  async send(text, retryOf = null, files = []) {
+  // The page's `rtc-before-message-send` (cancel: null; else the text, maybe rewritten).
+  async checkSend(text) {
+    if (!this.beforeSend) return text;
+    const out = await this.beforeSend(text);
+    return out === null ? null : out.content;
+  }
+
+  // `checked`: the composer already asked checkSend.
+  async send(text, retryOf = null, files = [], { checked = false } = {}) {
     const s = this.store.state;
+    if (!retryOf && !checked) {
+      text = await this.checkSend(text);
+      if (text === null) return null;
+    }
     const pending = retryOf || { client_id: uuid(), text, files, session: s.currentSession,
       client_session_id: `${this.deviceId}:${uuid()}`, failed: false };
     if (!pending.session && pending.agent_prompt === undefined) {
@@ -166,12 +249,16 @@ export class Agent {
         work_mode: s.workMode,
         ...(pending.agent_prompt ? { agent_prompt: pending.agent_prompt } : {}),
         // The page's registered functions are offered to the model as tools of their own.
-        host_functions: [...functions.values()].map(({ name, description, parameters, class: klass }) =>
-          ({ name, description, parameters, class: klass })),
+        host_functions: this.functions().map(({ tool, path, description, parameters, class: klass }) =>
+          ({ name: tool, description: tool === path ? description : `${path}: ${description}`, parameters, class: klass })),
       });
       s.sending = null;
-      await this.selectSession(res.result.session_id);
-      return res.result.session_id;
+      const sid = res.result.session_id;
+      this.emit('messageSent', { message: { content: pending.text, files: pending.files || [], session_id: sid,
+        client_id: pending.client_id, message_id: res.result.message_id || null } });
+      if (!pending.session) this.emit('sessionCreated', { session: this.store.state.sessions[sid] || { id: sid } });
+      await this.selectSession(sid);
+      return sid;
     } catch (err) {
       if (err.slug === 'client_id_conflict' && err.details.session_id) {
         s.sending = null;
@@ -209,7 +296,7 @@ export class Agent {
   async fetchBlob(path) {
     const url = new URL(path, this.server);
     if (url.origin !== this.server) throw new Error(`not the agent's server: ${url.origin}`);
-    const token = await this.getToken({ deviceId: this.deviceId });
+    const token = await this.getToken();
     const res = await fetch(url.toString(), { headers: { Authorization: `Bearer ${token}` } });
     if (!res.ok) throw new Error(`HTTP ${res.status}`);
     return res.blob();
@@ -221,7 +308,7 @@ export class Agent {
   async fetchApi(path, { method = 'GET', body } = {}) {
     const url = new URL(path, this.server);
     if (url.origin !== this.server) throw new Error(`not the agent's server: ${url.origin}`);
-    const token = await this.getToken({ deviceId: this.deviceId });
+    const token = await this.getToken();
     const headers = { Authorization: `Bearer ${token}`, Accept: 'application/json' };
     if (body !== undefined) headers['Content-Type'] = 'application/json';
     const res = await fetch(url.toString(), { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
@@ -234,13 +321,18 @@ export class Agent {
   }
 
   stop(sessionId) { return this.act('v1.turn.stop', { session_id: sessionId, client_id: uuid() }); }
-  rename(id, title) { return this.act('v1.session.update', { session_id: id, title }); }
+  async rename(id, title) {
+    const res = await this.act('v1.session.update', { session_id: id, title });
+    if (res) this.emit('sessionRenamed', { id, title });
+    return res;
+  }
   archive(id) { return this.act('v1.session.close', { session_id: id, client_id: uuid() }); }
   unarchive(id) { return this.act('v1.session.open', { session_id: id }); }
   compact(id) { return this.act('v1.session.compact', { session_id: id }); }
 
   async remove(id) {
-    await this.act('v1.session.update', { session_id: id, deleted_at: new Date().toISOString() });
+    const res = await this.act('v1.session.update', { session_id: id, deleted_at: new Date().toISOString() });
+    if (res) this.emit('sessionDeleted', { id });
     if (this.store.state.currentSession === id) this.selectSession(null);
   }
 
@@ -250,7 +342,10 @@ export class Agent {
       new_client_session_id: `${this.deviceId}:${uuid()}`, new_client_message_id: uuid(),
       content_data: { type: 'user_message', data: { text } },
     });
-    if (res) await this.selectSession(res.result.session_id);
+    if (res) {
+      this.emit('sessionCreated', { session: this.store.state.sessions[res.result.session_id] || { id: res.result.session_id }, forkedFrom: sessionId });
+      await this.selectSession(res.result.session_id);
+    }
   }
 
   async act(method, data) {

@@ -35,7 +35,11 @@ export class Connection {
     this.limits = { max_frame_bytes: 4 * 1024 * 1024, max_result_bytes: 2 * 1024 * 1024 };
   }
 
-  async token_() { this.token = await this._getToken(); return this.token; }
+  async token_() {
+    if (this.stopped) throw new Error('rtc-agent was destroyed');
+    this.token = await this._getToken();
+    return this.token;
+  }
 
   start({ token, topic, position }) {
     this.token = token;
@@ -76,5 +80,11 @@ export class Connection {
     }
   }
 
-  stop() { if (this.client) this.client.disconnect(); }
+  // For good (destroy): the socket closed, centrifuge-js's listeners and timers gone.
+  stop() {
+    this.stopped = true;
+    if (!this.client) return;
+    this.client.removeAllListeners();
+    this.client.disconnect();
+  }
 }

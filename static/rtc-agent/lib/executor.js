@@ -37,6 +37,8 @@ export class Executor {
   }
 
   onRtc(rtc) {
+    // Approved or rejected in another tab (or ended): this tab's own question is moot.
+    if (rtc.status !== 'pending') this.dropApproval(rtc.id);
     if (!this.ready || TERMINAL.has(rtc.status) || this.active.has(rtc.id)) return;
     if (!this.owns(rtc.session_id)) return;
     this.active.add(rtc.id);
@@ -67,6 +69,7 @@ export class Executor {
     if (rtc.status === 'executing') return; // claimed by another tab of this device
     if (rtc.needs_approval) {
       const decision = await this.ask('approval', rtc);
+      if (decision.elsewhere) return;
       if (!decision.approved) {
         await this.conn.rpc('v1.rtc.update_status', { rtc_id: rtc.id, status: 'rejected', reason: decision.reason || '', client_id: uuid() });
         return;
@@ -98,6 +101,11 @@ export class Executor {
     await this.db.putMany([['outbox', entry], ['runs', { rtc_id: rtc.id, state: 'finished', at: Date.now() }]]);
     this.outbox.onChange();
     await this.outbox.deliver(rtc.id);
+  }
+
+  dropApproval(rtcId) {
+    const prompt = this.store.state.prompts && this.store.state.prompts[rtcId];
+    if (prompt && prompt.kind === 'approval') prompt.resolve({ elsewhere: true });
   }
 
   // A question for the person (approval or askUser): the views render store.state.prompts.

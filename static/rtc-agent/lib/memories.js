@@ -46,6 +46,9 @@ export class Memories {
     });
   }
 
+  // destroy(): no refresh pending.
+  stop() { for (const t of this.timers.values()) clearTimeout(t); this.timers.clear(); }
+
   // --- the session's memories ------------------------------------------------------------------
   refreshSession(sid, delay = REFRESH_DELAY) {
     clearTimeout(this.timers.get(sid));

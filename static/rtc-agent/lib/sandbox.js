@@ -5,8 +5,9 @@
 // is destroyed. The frame's only window message is `ready`; then the script's messages travel on
 // a MessageChannel whose second port only the frame holds, so nothing the code posts reaches the
 // host page's own listeners. Inside, the code
-// sees `params`, a capturing `console`, and `rtcAgent` (fs calls, callFunction) whose calls are
-// relayed to the host and answered by `handleCall`.
+// sees `params`, a capturing `console`, and `rtcAgent` (fs calls, callFunction, and the page's
+// grouped functions as `rtcAgent.group.fn(args)`) whose calls are relayed to the host and
+// answered by `handleCall`.
 // The frame loads ../sandbox.html from the widget's server, which carries that CSP itself: a
 // srcdoc frame would inherit the host page's CSP, and a strict one (no 'unsafe-eval', as on
 // rtcagent's own pages) would stop the code.
@@ -26,7 +27,7 @@ function workerMain() {
     waiting.set(id, { resolve, reject });
     postMessage({ t: 'call', id, op, args });
   });
-  const rtcAgent = {
+  const base = {
     fs: {
       read: (path) => call('fs.read', { path }),
       write: (path, content) => call('fs.write', { path, content }),
@@ -37,9 +38,17 @@ function workerMain() {
     },
     callFunction: (name, args = {}) => call('callFunction', { name, args }),
   };
-  rtcAgent.readFile = rtcAgent.fs.read;
-  rtcAgent.writeFile = rtcAgent.fs.write;
-  rtcAgent.listDir = rtcAgent.fs.list;
+  base.readFile = base.fs.read;
+  base.writeFile = base.fs.write;
+  base.listDir = base.fs.list;
+  // The page's grouped functions as `rtcAgent.<group>.<function>(args)`: any other name is a
+  // group whose members call `<group>.<member>` (the host answers "no such function" if none).
+  const group = (name) => new Proxy({}, {
+    get: (_, fn) => (typeof fn === 'string' && fn !== 'then' ? (args = {}) => call('callFunction', { name: `${name}.${fn}`, args }) : undefined),
+  });
+  const rtcAgent = new Proxy(base, {
+    get: (target, key) => (key in target || typeof key !== 'string' || key === 'then' ? target[key] : group(key)),
+  });
   self.onmessage = async (e) => {
     const m = e.data;
     if (m.t === 'reply') {

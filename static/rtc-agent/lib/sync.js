@@ -13,15 +13,26 @@ const FORMAT = 4;
 const KEPT = ['sessions', 'messages', 'rtcs', 'fileEntities', 'goals', 'loops', 'loaded'];
 
 export class Sync {
-  constructor({ store, db, conn, onRtc, tasks }) {
+  // `onLiveEntity(kind, entity, old)`: told of each entity applied from an Update (not reloads).
+  constructor({ store, db, conn, onRtc, tasks, onLiveEntity = () => {} }) {
     this.store = store;
     this.tasks = tasks;
     this.db = db;
     this.conn = conn;
     this.onRtc = onRtc;
+    this.onLiveEntity = onLiveEntity;
     this.position = null;
     this._timer = null;
-    addEventListener('pagehide', () => { if (this._timer) this.persist(); });
+    this._onPageHide = () => { if (this._timer) this.persist(); };
+    addEventListener('pagehide', this._onPageHide);
+  }
+
+  // destroy(): nothing more is saved (the database closes next).
+  stop() {
+    removeEventListener('pagehide', this._onPageHide);
+    clearTimeout(this._timer);
+    this._timer = null;
+    this.stopped = true;
   }
 
   async restore() {
@@ -35,7 +46,7 @@ export class Sync {
 
   // Throttled (not debounced): a steady stream of publications still gets saved every 150 ms.
   persistSoon() {
-    if (this._timer) return;
+    if (this._timer || this.stopped) return;
     this._timer = setTimeout(() => { this._timer = null; this.persist(); }, 150);
   }
 
@@ -52,7 +63,9 @@ export class Sync {
       const entity = update.data_list && update.data_list[i];
       if (!kind || !entity) return;
       if (kind === 'turns') return; // turns are not kept: sessions carry the status we show
+      const old = this.store.state[kind][entity.id];
       this.store.upsert(kind, entity);
+      if (this.store.state[kind][entity.id] === entity) this.onLiveEntity(kind, entity, old);
       if (kind === 'rtcs') this.onRtc(entity);
     });
   }

@@ -220,4 +220,7 @@ export class Uploads {
   }
 
   notice(text) { this.store.set({ uploadNotice: text }); }
+
+  // destroy(): every request and pending retry aborted.
+  stop() { for (const id of [...this.live.keys()]) this.remove(id); }
 }

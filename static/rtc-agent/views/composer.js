@@ -9,6 +9,7 @@
 // shows above the box (what was typed stays when it is refused). A sub-agent's conversation is
 // read-only: no box, a note instead.
 import { View, esc } from './base.js';
+import { t } from '../lib/i18n.js';
 import { commandHints, parseCommand } from '../lib/commands.js';
 import { formatSize } from '../lib/filetypes.js';
 import { documentIcon, imageIcon, paperclip } from './icons.js';
@@ -21,32 +22,32 @@ const hasFiles = (e) => !!e.dataTransfer && [...(e.dataTransfer.types || [])].in
 
 class Composer extends View {
   static styles = View.css(`
-    :host { display: block; border-top: 1px solid #e3e6ee; padding: 8px; position: relative; }
+    :host { display: block; border-top: 1px solid var(--rtc-color-border, #e3e6ee); padding: 8px; position: relative; }
     textarea { width: 100%; resize: none; height: 56px; }
-    .failed { color: #9b2a20; font-size: 12px; margin-bottom: 4px; }
-    .notice { background: #fdf1f0; color: #9b2a20; font-size: 12px; padding: 4px 8px; border-radius: 6px; margin-bottom: 6px; white-space: pre-line; display: flex; gap: 6px; align-items: flex-start; }
+    .failed { color: var(--rtc-color-danger, #9b2a20); font-size: 12px; margin-bottom: 4px; }
+    .notice { background: var(--rtc-color-danger-bg, #fdf1f0); color: var(--rtc-color-danger, #9b2a20); font-size: 12px; padding: 4px 8px; border-radius: 6px; margin-bottom: 6px; white-space: pre-line; display: flex; gap: 6px; align-items: flex-start; }
     .notice span { flex: 1; }
     .notice button { padding: 0 6px; }
-    .clip { padding: 3px 6px; line-height: 0; color: #4a5266; }
+    .clip { padding: 3px 6px; line-height: 0; color: var(--rtc-color-text-2, #4a5266); }
     ul.chips { list-style: none; margin: 0 0 6px; padding: 0; display: flex; flex-wrap: wrap; gap: 6px; }
-    .chip { display: grid; grid-template-columns: auto 1fr auto; gap: 2px 6px; align-items: center; border: 1px solid #d6dbe6;
-      border-radius: 8px; padding: 4px 6px; width: 250px; background: #fafbfd; font-size: 12px; }
-    .chip[data-status="failed"] { border-color: #f0b8b2; background: #fdf1f0; }
+    .chip { display: grid; grid-template-columns: auto 1fr auto; gap: 2px 6px; align-items: center; border: 1px solid var(--rtc-color-border-strong, #d6dbe6);
+      border-radius: 8px; padding: 4px 6px; width: 250px; background: var(--rtc-color-surface-2, #fafbfd); font-size: 12px; }
+    .chip[data-status="failed"] { border-color: #f0b8b2; background: var(--rtc-color-danger-bg, #fdf1f0); }
     .chip .thumb { width: 36px; height: 36px; object-fit: cover; border-radius: 4px; grid-row: span 2; }
-    .chip .icon { width: 36px; height: 36px; display: flex; align-items: center; justify-content: center; background: #eef0f5; color: #687087; border-radius: 4px; grid-row: span 2; }
+    .chip .icon { width: 36px; height: 36px; display: flex; align-items: center; justify-content: center; background: var(--rtc-color-surface-3, #eef0f5); color: var(--rtc-color-muted, #687087); border-radius: 4px; grid-row: span 2; }
     .chip .name { overflow: hidden; text-overflow: ellipsis; white-space: nowrap; font-weight: 600; }
     .chip .acts { grid-row: span 2; display: flex; gap: 4px; }
     .chip .acts button { padding: 0 6px; }
     .chip .line { display: flex; gap: 6px; align-items: center; min-width: 0; white-space: nowrap; }
     .chip progress { flex: 1; min-width: 40px; height: 8px; }
-    .chip .err { grid-column: 1 / -1; color: #9b2a20; overflow-wrap: anywhere; }
-    .cmd { font-size: 12px; padding: 4px 8px; border-radius: 6px; margin-bottom: 6px; display: flex; gap: 6px; align-items: flex-start; background: #eef3fd; color: #1d3a8a; }
-    .cmd[data-kind="error"] { background: #fdf1f0; color: #9b2a20; }
+    .chip .err { grid-column: 1 / -1; color: var(--rtc-color-danger, #9b2a20); overflow-wrap: anywhere; }
+    .cmd { font-size: 12px; padding: 4px 8px; border-radius: 6px; margin-bottom: 6px; display: flex; gap: 6px; align-items: flex-start; background: var(--rtc-color-selected, #eef3fd); color: #1d3a8a; }
+    .cmd[data-kind="error"] { background: var(--rtc-color-danger-bg, #fdf1f0); color: var(--rtc-color-danger, #9b2a20); }
     .cmd span { flex: 1; overflow-wrap: anywhere; } .cmd button { padding: 0 6px; }
-    .hint { font-size: 12px; color: #4a5266; margin-bottom: 4px; } .hint code { font-size: 12px; }
+    .hint { font-size: 12px; color: var(--rtc-color-text-2, #4a5266); margin-bottom: 4px; } .hint code { font-size: 12px; }
     .readonly { font-size: 12.5px; color: #4b3a7a; background: #f4f1fb; border-radius: 6px; padding: 6px 8px; }
-    .drop { position: absolute; inset: 2px; border: 2px dashed #2952cc; border-radius: 10px; background: rgba(230, 236, 251, .92);
-      color: #2952cc; font-weight: 600; display: flex; align-items: center; justify-content: center; pointer-events: none; z-index: 1; }
+    .drop { position: absolute; inset: 2px; border: 2px dashed var(--rtc-color-accent, #2952cc); border-radius: 10px; background: rgba(230, 236, 251, .92);
+      color: var(--rtc-color-accent, #2952cc); font-weight: 600; display: flex; align-items: center; justify-content: center; pointer-events: none; z-index: 1; }
   `);
 
   constructor() {
@@ -58,10 +59,10 @@ class Composer extends View {
       <div class="hint" part="command-hint" hidden></div>
       <div class="readonly" part="read-only" hidden>A sub-agent's conversation: it is read-only. Its parent's conversation talks to it.</div>
       <ul class="chips" part="attachments" aria-label="Attachments" hidden></ul>
-      <div class="row inputrow"><button type="button" class="clip" data-act="attach" aria-label="Attach files" title="Attach files (images and text files)">${paperclip}</button>
+      <div class="row inputrow"><button type="button" class="clip" data-act="attach" aria-label="Attach files" title="Attach files (images and text files)" data-i18n-aria-label="composer.attach">${paperclip}</button>
       <input type="file" multiple hidden accept="${ACCEPT}">
-      <textarea class="grow" part="input" placeholder="Message the agent…" aria-label="Message"></textarea>
-      <div><button class="primary" data-act="send">Send</button><br><button data-act="stop" hidden>Stop</button></div></div>`;
+      <textarea class="grow" part="input" placeholder="Message the agent…" aria-label="Message" data-i18n-placeholder="composer.placeholder" data-i18n-aria-label="composer.message"></textarea>
+      <div><button class="primary" data-act="send" data-i18n="composer.send">Send</button><br><button data-act="stop" hidden data-i18n="composer.stop">Stop</button></div></div>`;
     this.input = this.root.querySelector('textarea');
     this.picker = this.root.querySelector('input[type=file]');
     this.chips = new Map(); // upload id -> {node, sig}
@@ -155,9 +156,17 @@ class Composer extends View {
     if (uploads.failed) { uploads.notice('An attachment failed to upload: retry it or remove it (×) before sending.'); return; }
     const text = this.input.value.trim();
     if (!text && !uploads.items.length) return;
-    const files = uploads.take();
-    this.input.value = '';
-    this.agent.send(text, null, files);
+    if (this.checking) return;
+    // The page may cancel (what was typed and attached stays) or rewrite the message first.
+    this.checking = true;
+    this.agent.checkSend(text).then((content) => {
+      this.checking = false;
+      if (content === null) { uploads.notice(t('composer.cancelled')); return; }
+      if (this.input.value.trim() !== text) return; // typed on meanwhile: the user sends again
+      const files = uploads.take();
+      this.input.value = '';
+      this.agent.send(content, null, files, { checked: true });
+    }, (err) => { this.checking = false; this.agent.fail(err); });
   }
 
   update(state) {

@@ -8,20 +8,20 @@ import { contextFigures, ringSvg } from './context-ring.js';
 
 class ContextBar extends View {
   static styles = View.css(`
-    :host { display: block; border-bottom: 1px solid #e3e6ee; font-size: 12.5px; }
+    :host { display: block; border-bottom: 1px solid var(--rtc-color-border, #e3e6ee); font-size: 12.5px; }
     :host([hidden]) { display: none; }
     .bar { display: flex; gap: 8px; align-items: center; padding: 4px 12px; }
     .bar .ringbox { display: inline-flex; }
     .bar button { padding: 0 8px; font-size: 12px; }
-    .pct[data-level="near"] { color: #d9480f; } .pct[data-level="over"] { color: #b3261e; }
-    section { padding: 4px 12px 8px; max-height: 180px; overflow: auto; background: #fafbfd; border-top: 1px solid #eef0f5; }
+    .pct[data-level="near"] { color: #d9480f; } .pct[data-level="over"] { color: var(--rtc-color-danger, #b3261e); }
+    section { padding: 4px 12px 8px; max-height: 180px; overflow: auto; background: var(--rtc-color-surface-2, #fafbfd); border-top: 1px solid var(--rtc-color-surface-3, #eef0f5); }
     ul { list-style: none; margin: 0; padding: 0; }
-    li { padding: 3px 0; display: flex; gap: 6px; align-items: baseline; border-bottom: 1px dashed #eef0f5; }
+    li { padding: 3px 0; display: flex; gap: 6px; align-items: baseline; border-bottom: 1px dashed var(--rtc-color-surface-3, #eef0f5); }
     li:last-child { border-bottom: 0; }
-    .cat { font-size: 11px; border-radius: 10px; padding: 0 7px; background: #eef0f5; color: #4a5266; white-space: nowrap; }
+    .cat { font-size: 11px; border-radius: 10px; padding: 0 7px; background: var(--rtc-color-surface-3, #eef0f5); color: var(--rtc-color-text-2, #4a5266); white-space: nowrap; }
     .content { white-space: pre-wrap; flex: 1; min-width: 0; overflow-wrap: anywhere; }
     .status:empty { display: none; }
-    .status[data-state="error"] { color: #9b2a20; }
+    .status[data-state="error"] { color: var(--rtc-color-danger, #9b2a20); }
     .foot { margin-top: 4px; }
   `);
 

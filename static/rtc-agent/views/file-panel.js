@@ -1,15 +1,16 @@
 // <rtc-file-panel>: browse the virtual file system, open a file, download it, or attach it to
 // the next message (it joins the composer's upload queue like a picked file).
 import { View, esc } from './base.js';
+import { t } from '../lib/i18n.js';
 import { guessTextType } from '../lib/filetypes.js';
 
 class FilePanel extends View {
   static styles = View.css(`
-    :host { display: flex; flex-direction: column; min-height: 0; border-left: 1px solid #e3e6ee; background: #fafbfd; }
+    :host { display: flex; flex-direction: column; min-height: 0; border-left: 1px solid var(--rtc-color-border, #e3e6ee); background: var(--rtc-color-surface-2, #fafbfd); }
     ul { list-style: none; margin: 0; padding: 6px; overflow: auto; max-height: 40%; }
     li { padding: 2px 4px; border-radius: 4px; cursor: pointer; font-family: ui-monospace, monospace; font-size: 12px; }
-    li[aria-selected="true"] { background: #e6ecfb; }
-    .view { flex: 1; overflow: auto; padding: 6px; border-top: 1px solid #e3e6ee; }
+    li[aria-selected="true"] { background: var(--rtc-color-selected, #e6ecfb); }
+    .view { flex: 1; overflow: auto; padding: 6px; border-top: 1px solid var(--rtc-color-border, #e3e6ee); }
     pre { margin: 0; white-space: pre-wrap; }
   `);
 
@@ -22,6 +23,15 @@ class FilePanel extends View {
       if (e.target.closest('[data-act=download]')) this.download();
       if (e.target.closest('[data-act=attach]')) this.attach();
     });
+    // The keyboard opens a file like a click (Enter or Space on the focused entry).
+    this.root.addEventListener('keydown', (e) => {
+      const li = e.target.closest && e.target.closest('li[data-path]');
+      if (!li || (e.key !== 'Enter' && e.key !== ' ')) return;
+      e.preventDefault();
+      const path = li.dataset.path;
+      li.click();
+      this.root.querySelector(`li[data-path="${CSS.escape(path)}"]`)?.focus();
+    });
   }
 
   update(state) {
@@ -30,9 +40,9 @@ class FilePanel extends View {
     if (this._shown && this._shown.files === files && this._shown.selected === this.selected) return;
     this._shown = { files, selected: this.selected };
     const file = files.find((f) => f.path === this.selected);
-    this.root.innerHTML = `<div class="row" style="padding:6px"><b class="grow">Files</b><span class="muted">${files.length}</span></div>
-      <ul part="files">${files.map((f) => `<li data-path="${esc(f.path)}" aria-selected="${f.path === this.selected}">${esc(f.path)} <span class="muted">${f.size} B</span></li>`).join('') || '<li class="muted">No files yet</li>'}</ul>
-      <div class="view">${file ? `<div class="row"><b class="grow">${esc(file.path)}</b><button data-act="attach" aria-label="Attach ${esc(file.path)} to the message">Attach</button><button data-act="download">Download</button></div><pre part="file-content">${esc(file.content)}</pre>` : '<span class="muted">Select a file to open it.</span>'}</div>`;
+    this.root.innerHTML = `<div class="row" style="padding:6px"><b class="grow">${esc(t('files.title'))}</b><span class="muted">${files.length}</span></div>
+      <ul part="files" role="listbox" aria-label="${esc(t('files.title'))}">${files.map((f) => `<li role="option" tabindex="0" data-path="${esc(f.path)}" aria-selected="${f.path === this.selected}">${esc(f.path)} <span class="muted">${f.size} B</span></li>`).join('') || `<li class="muted">${esc(t('files.none'))}</li>`}</ul>
+      <div class="view">${file ? `<div class="row"><b class="grow">${esc(file.path)}</b><button data-act="attach" aria-label="${esc(t('files.attachLabel', { path: file.path }))}">${esc(t('files.attach'))}</button><button data-act="download">${esc(t('files.download'))}</button></div><pre part="file-content">${esc(file.content)}</pre>` : `<span class="muted">${esc(t('files.pick'))}</span>`}</div>`;
   }
 
   attach() {

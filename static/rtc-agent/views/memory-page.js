@@ -16,32 +16,32 @@ const SEARCH_DELAY = 300; // ms after the last keystroke
 class MemoryPage extends View {
   static styles = View.css(`
     :host { display: flex; flex-direction: column; min-height: 0; flex: 1; }
-    .head { display: flex; gap: 8px; align-items: center; padding: 8px 12px; border-bottom: 1px solid #e3e6ee; }
+    .head { display: flex; gap: 8px; align-items: center; padding: 8px 12px; border-bottom: 1px solid var(--rtc-color-border, #e3e6ee); }
     h2 { font-size: 15px; margin: 0; flex: 1; }
     form.filters { display: flex; flex-wrap: wrap; gap: 8px; padding: 8px 12px; align-items: end; }
     .field { display: flex; flex-direction: column; gap: 2px; }
-    .field label { font-size: 12px; color: #4a5266; }
+    .field label { font-size: 12px; color: var(--rtc-color-text-2, #4a5266); }
     .field.q { flex: 1; min-width: 160px; }
     .status-row { padding: 0 12px 6px; }
     .status-row button { padding: 0 8px; font-size: 12px; }
-    .status { font-size: 12px; color: #687087; }
-    .status[data-state="error"] { color: #9b2a20; }
+    .status { font-size: 12px; color: var(--rtc-color-muted, #687087); }
+    .status[data-state="error"] { color: var(--rtc-color-danger, #9b2a20); }
     .scroll { flex: 1; overflow: auto; padding: 0 12px 12px; }
     ul { list-style: none; margin: 0; padding: 0; }
-    li { border: 1px solid #e3e6ee; border-radius: 8px; padding: 8px 10px; margin-bottom: 8px; }
+    li { border: 1px solid var(--rtc-color-border, #e3e6ee); border-radius: 8px; padding: 8px 10px; margin-bottom: 8px; }
     li:focus-within { border-color: #9fb3ec; }
     .meta { display: flex; gap: 6px; align-items: center; flex-wrap: wrap; font-size: 12px; }
-    .tag { font-size: 11px; border-radius: 10px; padding: 0 7px; background: #eef0f5; color: #4a5266; }
+    .tag { font-size: 11px; border-radius: 10px; padding: 0 7px; background: var(--rtc-color-surface-3, #eef0f5); color: var(--rtc-color-text-2, #4a5266); }
     .tag[data-importance="high"] { background: #ffe8cc; color: #8a4b00; }
-    .tag[data-importance="critical"] { background: #fbe4e2; color: #9b2a20; }
+    .tag[data-importance="critical"] { background: #fbe4e2; color: var(--rtc-color-danger, #9b2a20); }
     .tag[data-importance="low"] { background: #e2f4e6; color: #1e6b32; }
     .content { white-space: pre-wrap; overflow-wrap: anywhere; margin: 4px 0; }
     .acts { display: flex; gap: 6px; }
     .acts button { padding: 0 8px; font-size: 12px; }
     form.edit textarea { width: 100%; min-height: 70px; resize: vertical; }
     form.edit .row { margin: 6px 0; flex-wrap: wrap; }
-    .ask { background: #fdf1f0; border-radius: 6px; padding: 6px 8px; margin-top: 4px; }
-    .err { color: #9b2a20; font-size: 12px; }
+    .ask { background: var(--rtc-color-danger-bg, #fdf1f0); border-radius: 6px; padding: 6px 8px; margin-top: 4px; }
+    .err { color: var(--rtc-color-danger, #9b2a20); font-size: 12px; }
     .err:empty { display: none; }
     .more { margin-top: 4px; }
   `);

@@ -9,6 +9,7 @@
 // The sub-agents a message started are drawn under it as a tree (views/subagent-tree.js); a user
 // message a goal or a loop sent says so. A sub-agent's own conversation is read-only.
 import { View, esc } from './base.js';
+import { t } from '../lib/i18n.js';
 import { renderMarkdown } from '../lib/markdown.js';
 import { formatSize } from '../lib/filetypes.js';
 import { documentIcon, imageIcon } from './icons.js';
@@ -25,24 +26,24 @@ class MessageList extends View {
   static styles = View.css(`
     :host { display: block; overflow: auto; padding: 10px 12px; }
     .msg { margin: 0 0 10px; }
-    .user { background: #2952cc; color: #fff; padding: 6px 10px; border-radius: 10px; margin-left: 20%; white-space: pre-wrap; }
+    .user { background: var(--rtc-color-accent, #2952cc); color: var(--rtc-color-on-accent, #fff); padding: 6px 10px; border-radius: 10px; margin-left: 20%; white-space: pre-wrap; }
     .user .fork { float: right; font-size: 11px; padding: 0 5px; margin-left: 6px; }
     .md > :first-child { margin-top: 0; } .md > :last-child { margin-bottom: 0; }
     .copy { position: absolute; top: 4px; right: 4px; font-size: 11px; padding: 0 6px; }
-    details.thinking { color: #687087; font-size: 13px; }
-    .tool { border: 1px solid #e3e6ee; border-radius: 8px; padding: 6px 8px; font-size: 13px; }
+    details.thinking { color: var(--rtc-color-muted, #687087); font-size: 13px; }
+    .tool { border: 1px solid var(--rtc-color-border, #e3e6ee); border-radius: 8px; padding: 6px 8px; font-size: 13px; }
     .tool .name { font-weight: 600; font-family: ui-monospace, monospace; }
-    .status { font-size: 11px; border-radius: 10px; padding: 1px 7px; background: #eef0f5; }
-    .status.done { background: #e2f4e6; color: #1e6b32; } .status.failed, .status.rejected, .status.timed { background: #fbe4e2; color: #9b2a20; }
-    .status.running::before { content: ''; display: inline-block; width: 8px; height: 8px; margin-right: 4px; border: 2px solid #2952cc; border-right-color: transparent; border-radius: 50%; animation: spin .8s linear infinite; }
+    .status { font-size: 11px; border-radius: 10px; padding: 1px 7px; background: var(--rtc-color-surface-3, #eef0f5); }
+    .status.done { background: #e2f4e6; color: #1e6b32; } .status.failed, .status.rejected, .status.timed { background: #fbe4e2; color: var(--rtc-color-danger, #9b2a20); }
+    .status.running::before { content: ''; display: inline-block; width: 8px; height: 8px; margin-right: 4px; border: 2px solid var(--rtc-color-accent, #2952cc); border-right-color: transparent; border-radius: 50%; animation: spin .8s linear infinite; }
     @keyframes spin { to { transform: rotate(360deg); } }
-    .error { border: 1px solid #f0b8b2; background: #fdf1f0; border-radius: 8px; padding: 8px; }
-    .md table { border-collapse: collapse; } .md th, .md td { border: 1px solid #e3e6ee; padding: 2px 8px; }
-    .empty { color: #687087; text-align: center; margin-top: 30%; }
-    .compaction { display: flex; align-items: center; gap: 8px; color: #7a5a00; font-size: 12px; margin: 14px 0 4px; }
+    .error { border: 1px solid #f0b8b2; background: var(--rtc-color-danger-bg, #fdf1f0); border-radius: 8px; padding: 8px; }
+    .md table { border-collapse: collapse; } .md th, .md td { border: 1px solid var(--rtc-color-border, #e3e6ee); padding: 2px 8px; }
+    .empty { color: var(--rtc-color-muted, #687087); text-align: center; margin-top: 30%; }
+    .compaction { display: flex; align-items: center; gap: 8px; color: var(--rtc-color-warning, #7a5a00); font-size: 12px; margin: 14px 0 4px; }
     .compaction::before, .compaction::after { content: ''; flex: 1; border-top: 2px dashed #e0c77a; }
-    details.summary { border: 1px solid #eadfb8; background: #fffbef; border-radius: 8px; padding: 4px 10px; font-size: 13px; }
-    details.summary > summary { cursor: pointer; color: #5c4500; }
+    details.summary { border: 1px solid #eadfb8; background: var(--rtc-color-surface, #fff)bef; border-radius: 8px; padding: 4px 10px; font-size: 13px; }
+    details.summary > summary { cursor: pointer; color: var(--rtc-color-warning, #5c4500); }
     details.summary[open] > summary { margin-bottom: 6px; }
     details.summary .md :is(h1, h2, h3, h4) { font-size: 13.5px; margin: 10px 0 3px; }
     details.summary .files-back { margin-top: 8px; }
@@ -50,16 +51,16 @@ class MessageList extends View {
     details.file pre { max-height: 200px; margin: 4px 0; }
     .out { white-space: pre-wrap; max-height: 160px; overflow: auto; font-family: ui-monospace, monospace; font-size: 12px; }
     ul.files { list-style: none; margin: 4px 0 0 20%; padding: 0; display: flex; flex-wrap: wrap; gap: 6px; justify-content: flex-end; }
-    .att { display: flex; gap: 6px; align-items: center; border: 1px solid #d6dbe6; border-radius: 8px; padding: 3px 6px; font-size: 12px; max-width: 240px; background: #fafbfd; }
+    .att { display: flex; gap: 6px; align-items: center; border: 1px solid var(--rtc-color-border-strong, #d6dbe6); border-radius: 8px; padding: 3px 6px; font-size: 12px; max-width: 240px; background: var(--rtc-color-surface-2, #fafbfd); }
     .att img { width: 48px; height: 48px; object-fit: cover; border-radius: 4px; }
-    .att .icon { width: 32px; height: 32px; display: flex; align-items: center; justify-content: center; background: #eef0f5; color: #687087; border-radius: 4px; }
+    .att .icon { width: 32px; height: 32px; display: flex; align-items: center; justify-content: center; background: var(--rtc-color-surface-3, #eef0f5); color: var(--rtc-color-muted, #687087); border-radius: 4px; }
     .att .name { overflow: hidden; text-overflow: ellipsis; white-space: nowrap; display: block; }
-    .att[data-status="skipped"] { border-color: #f0b8b2; background: #fdf1f0; }
-    .warn { margin: 4px 0 0 20%; color: #8a4b00; background: #fff3d6; border-radius: 6px; padding: 3px 8px; font-size: 12px; }
-    .origin { margin-left: 20%; text-align: right; font-size: 11px; color: #687087; }
+    .att[data-status="skipped"] { border-color: #f0b8b2; background: var(--rtc-color-danger-bg, #fdf1f0); }
+    .warn { margin: 4px 0 0 20%; color: #8a4b00; background: var(--rtc-color-surface, #fff)3d6; border-radius: 6px; padding: 3px 8px; font-size: 12px; }
+    .origin { margin-left: 20%; text-align: right; font-size: 11px; color: var(--rtc-color-muted, #687087); }
     ul.subagents { list-style: none; margin: 4px 0 0; padding: 0 0 0 14px; border-left: 2px solid #d9d2f0; }
     ul.subagents ul.subagents { margin-left: 8px; }
-    li.sa { margin: 4px 0; padding: 4px 8px; border: 1px solid #e3def3; border-radius: 8px; background: #fbfaff; font-size: 13px; }
+    li.sa { margin: 4px 0; padding: 4px 8px; border: 1px solid #e3def3; border-radius: 8px; background: var(--rtc-color-surface-2, #fbfaff); font-size: 13px; }
     li.sa .sa-title { font-weight: 600; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
     li.sa .sa-open { font-size: 11px; padding: 0 7px; }
     li.sa .sa-words { overflow-wrap: anywhere; }
@@ -78,7 +79,7 @@ class MessageList extends View {
   markdown(id, text) {
     const hit = this.md.get(id);
     if (hit && hit.text === text) return hit.html;
-    const html = renderMarkdown(text).replace(/<pre>/g, '<pre><button class="copy" type="button">Copy</button>');
+    const html = renderMarkdown(text).replace(/<pre>/g, `<pre><button class="copy" type="button">${esc(t('msg.copy'))}</button>`);
     this.md.set(id, { text, html });
     return html;
   }
@@ -197,7 +198,7 @@ class MessageList extends View {
     switch (type) {
       case 'user_message': {
         const files = data && Array.isArray(data.files) ? this.renderFiles(m, data.files, state) : '';
-        const fork = state.readOnly ? '' : `<button class="fork" data-fork="${esc(m.id)}" title="Edit and fork from here">Fork</button>`;
+        const fork = state.readOnly ? '' : `<button class="fork" data-fork="${esc(m.id)}" title="${esc(t('msg.forkTitle'))}">${esc(t('msg.fork'))}</button>`;
         return `${originHtml(data)}<div class="user">${fork}${esc((data && data.text) || '')}</div>${files}`;
       }
       case 'summary': return summaryHtml(m, (text) => this.markdown(m.id, text), esc);
@@ -209,14 +210,14 @@ class MessageList extends View {
       }
       case 'thinking': {
         const text = live ?? (data || '');
-        return text ? `<details class="thinking"><summary>Thinking</summary><div>${esc(text)}</div></details>` : '';
+        return text ? `<details class="thinking"><summary>${esc(t('msg.thinking'))}</summary><div>${esc(text)}</div></details>` : '';
       }
       case 'toolcall_input': return this.renderTool({ ...(data || {}), msgId: m.id }, rtcs.get(m.id) || rtcs.get(`${m.turn_id}/${data && data.id}`), state);
       case 'toolcall_output':
         return `<details class="muted"><summary>Result of ${esc(data.tool_name || 'tool')}</summary><div class="out">${esc(data.output)}</div></details>`;
       case 'error':
         return `<div class="error" part="error" role="alert"><div class="row"><b class="grow">${esc(data.title || 'Error')}</b><span class="status failed">${esc(data.category || 'system')}</span></div>
-          <div>${esc(data.message || '')}</div><div style="margin-top:6px"><button data-retry="${esc(m.session_id)}">Retry</button></div></div>`;
+          <div>${esc(data.message || '')}</div><div style="margin-top:6px"><button data-retry="${esc(m.session_id)}">${esc(t('msg.retry'))}</button></div></div>`;
       default: return '';
     }
   }

@@ -2,13 +2,14 @@
 // code for script, the parameters otherwise) with Approve / Reject (optional reason).
 // <rtc-ask-user>: askUser's 1-4 questions, their options and an "Other" answer.
 import { View, esc } from './base.js';
+import { t } from '../lib/i18n.js';
 
 const css = View.css(`
-  :host { display: block; margin-top: 6px; border-top: 1px dashed #c9cfdb; padding-top: 6px; }
-  .diff { font-family: ui-monospace, monospace; font-size: 12px; white-space: pre-wrap; max-height: 220px; overflow: auto; background: #f7f8fb; border-radius: 6px; padding: 4px; }
-  .add { background: #e2f4e6; } .del { background: #fbe4e2; }
-  fieldset { border: 1px solid #e3e6ee; border-radius: 6px; margin: 0 0 6px; }
-  label { display: block; } .desc { color: #687087; font-size: 12px; margin-left: 20px; }
+  :host { display: block; margin-top: 6px; border-top: 1px dashed var(--rtc-color-border-strong, #c9cfdb); padding-top: 6px; }
+  .diff { font-family: ui-monospace, monospace; font-size: 12px; white-space: pre-wrap; max-height: 220px; overflow: auto; background: var(--rtc-color-surface-2, #f7f8fb); border-radius: 6px; padding: 4px; }
+  .add { background: var(--rtc-color-diff-add, #e2f4e6); } .del { background: var(--rtc-color-diff-del, #fbe4e2); }
+  fieldset { border: 1px solid var(--rtc-color-border, #e3e6ee); border-radius: 6px; margin: 0 0 6px; }
+  label { display: block; } .desc { color: var(--rtc-color-muted, #687087); font-size: 12px; margin-left: 20px; }
 `);
 
 // Line diff by longest common subsequence (bounded; big files show everything as replaced).
@@ -56,8 +57,8 @@ class Approval extends View {
     const prompt = (this.agent.store.state.prompts || {})[id];
     if (!prompt) return;
     this.root.innerHTML = `${await this.preview(prompt.rtc)}
-      <div class="row" style="margin-top:6px"><button class="primary" data-act="approve">Approve</button>
-      <input class="grow" name="reason" placeholder="Reason (optional)"><button class="danger" data-act="reject">Reject</button></div>`;
+      <div class="row" style="margin-top:6px"><button class="primary" data-act="approve">${esc(t('prompt.approve'))}</button>
+      <input class="grow" name="reason" placeholder="${esc(t('prompt.reason'))}" aria-label="${esc(t('prompt.reason'))}"><button class="danger" data-act="reject">${esc(t('prompt.reject'))}</button></div>`;
     this.root.querySelector('[data-act=approve]').onclick = () => prompt.resolve({ approved: true });
     this.root.querySelector('[data-act=reject]').onclick = () => prompt.resolve({ approved: false, reason: this.root.querySelector('[name=reason]').value.trim() });
     // The preview is built asynchronously, after the message list scrolled to its end: bring
@@ -79,7 +80,7 @@ class AskUser extends View {
     this.root.innerHTML = questions.map((q, qi) => `<fieldset data-q="${qi}"><legend><b>${esc(q.header || '')}</b> ${esc(q.question)}</legend>
       ${(q.options || []).map((o, oi) => `<label><input type="${q.multiSelect ? 'checkbox' : 'radio'}" name="q${qi}" value="${oi}"> ${esc(o.label)}</label>${o.description ? `<div class="desc">${esc(o.description)}</div>` : ''}`).join('')}
       <label><input type="${q.multiSelect ? 'checkbox' : 'radio'}" name="q${qi}" value="other"> Other: <input name="other${qi}" placeholder="your answer"></label>
-      </fieldset>`).join('') + '<button class="primary" data-act="answer">Answer</button>';
+      </fieldset>`).join('') + `<button class="primary" data-act="answer">${esc(t('prompt.answer'))}</button>`;
     this.root.querySelector('[data-act=answer]').onclick = () => {
       const answers = questions.map((q, qi) => {
         const picked = [...this.root.querySelectorAll(`input[name=q${qi}]:checked`)].map((i) => i.value);

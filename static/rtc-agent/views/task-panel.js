@@ -21,30 +21,30 @@ class TaskPanel extends View {
   static styles = View.css(`
     :host { display: block; font-size: 12.5px; max-height: 38%; overflow: auto; }
     :host([hidden]) { display: none; }
-    .part { padding: 4px 12px; border-bottom: 1px solid #eef0f5; }
+    .part { padding: 4px 12px; border-bottom: 1px solid var(--rtc-color-surface-3, #eef0f5); }
     .lineage { background: #f4f1fb; color: #4b3a7a; display: flex; gap: 8px; align-items: center; }
     .lineage button, .goal button, .loops button { padding: 0 8px; font-size: 12px; }
     .goal { display: flex; gap: 8px; align-items: baseline; flex-wrap: wrap; background: #f3f8ff; }
     .goal .label, .todos summary b, .loops .label { font-weight: 600; }
     .goal .cond { flex: 1; min-width: 40%; overflow-wrap: anywhere; }
-    .badge { font-size: 11px; border-radius: 10px; padding: 0 7px; background: #eef0f5; color: #4a5266; white-space: nowrap; }
-    .badge[data-status="active"] { background: #e6ecfb; color: #2952cc; }
+    .badge { font-size: 11px; border-radius: 10px; padding: 0 7px; background: var(--rtc-color-surface-3, #eef0f5); color: var(--rtc-color-text-2, #4a5266); white-space: nowrap; }
+    .badge[data-status="active"] { background: var(--rtc-color-selected, #e6ecfb); color: var(--rtc-color-accent, #2952cc); }
     .badge[data-status="completed"] { background: #e2f4e6; color: #1e6b32; }
-    .badge[data-status="exhausted"], .badge[data-status="cancelled"] { background: #fbe4e2; color: #9b2a20; }
+    .badge[data-status="exhausted"], .badge[data-status="cancelled"] { background: #fbe4e2; color: var(--rtc-color-danger, #9b2a20); }
     .todos summary { cursor: pointer; }
     .todos ol { list-style: none; margin: 4px 0 2px; padding: 0; }
     .todos li { display: flex; gap: 6px; align-items: baseline; padding: 1px 0; }
-    .todos .mark { width: 1em; text-align: center; color: #687087; }
-    .todos li[data-status="in_progress"] .mark { color: #2952cc; }
+    .todos .mark { width: 1em; text-align: center; color: var(--rtc-color-muted, #687087); }
+    .todos li[data-status="in_progress"] .mark { color: var(--rtc-color-accent, #2952cc); }
     .todos li[data-status="in_progress"] .text { font-weight: 600; }
     .todos li[data-status="completed"] .mark { color: #1e6b32; }
-    .todos li[data-status="completed"] .text { text-decoration: line-through; color: #687087; }
+    .todos li[data-status="completed"] .text { text-decoration: line-through; color: var(--rtc-color-muted, #687087); }
     .loops ul { list-style: none; margin: 0; padding: 0; }
     .loops li { display: flex; gap: 8px; align-items: baseline; padding: 2px 0; }
     .loops li .what { flex: 1; min-width: 0; }
     .loops li .prompt { overflow-wrap: anywhere; }
-    .loops li[data-status="active"] .icon { color: #2952cc; }
-    .loops li:not([data-status="active"]) { color: #687087; }
+    .loops li[data-status="active"] .icon { color: var(--rtc-color-accent, #2952cc); }
+    .loops li:not([data-status="active"]) { color: var(--rtc-color-muted, #687087); }
     .sr { position: absolute; width: 1px; height: 1px; overflow: hidden; clip: rect(0 0 0 0); white-space: nowrap; }
   `);
 
