@@ -56,12 +56,25 @@ class Bus:
         self.local: dict[int, set[Receiver]] = {}
         self.pubsub = new_async_redis().pubsub(ignore_subscribe_messages=True)
         self.task: asyncio.Task[None] | None = None
+        # Commands on the one pub/sub connection go one at a time: redis-py's PubSub opens its
+        # connection on the first command, and a burst of connects each racing to open it took
+        # a pool connection apiece until the pool ran dry ("No connection available").
+        self.commands = asyncio.Lock()
 
     async def join(self, user_id: int, receiver: Receiver) -> None:
+        """Deliver the user's frames to ``receiver``. Raises when Redis refused the
+        subscription (the receiver is then not registered, so the next join tries again)."""
         members = self.local.setdefault(user_id, set())
         members.add(receiver)
         if len(members) == 1:
-            await self.pubsub.subscribe(bus_channel(user_id))
+            try:
+                async with self.commands:
+                    await self.pubsub.subscribe(bus_channel(user_id))
+            except BaseException:
+                members.discard(receiver)
+                if not members and self.local.get(user_id) is members:
+                    del self.local[user_id]
+                raise
         if self.task is None or self.task.done():
             self.task = asyncio.create_task(self._listen())
 
@@ -72,7 +85,9 @@ class Bus:
         members.discard(receiver)
         if not members:
             del self.local[user_id]
-            await self.pubsub.unsubscribe(bus_channel(user_id))
+            async with self.commands:
+                if user_id not in self.local:  # nobody joined again while we waited
+                    await self.pubsub.unsubscribe(bus_channel(user_id))
 
     async def _listen(self) -> None:
         while True:
