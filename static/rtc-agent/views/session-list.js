@@ -15,8 +15,8 @@ class SessionList extends View {
     li[aria-current="true"] .acts { display: flex; flex-wrap: wrap; }
     li .acts button { padding: 0 6px; font-size: 12px; }
     .closed .title { text-decoration: line-through; color: var(--rtc-color-muted, #687087); }
-    .title { overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
-    button.pick { all: unset; display: block; min-width: 0; flex: 1; cursor: pointer; border-radius: 4px; }
+    .title { display: block; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
+    button.pick { all: unset; display: block; min-width: 0; flex: 1; overflow: hidden; cursor: pointer; border-radius: 4px; }
     button.pick:focus-visible { outline: 2px solid var(--rtc-color-focus, #2952cc); outline-offset: 2px; }
   `);
 
