@@ -4,6 +4,7 @@
 // written after the conversation it compacted, but its `parent_message_id` names the first
 // message it kept verbatim: the mark is drawn right before that message (everything above it
 // is what the summary replaced for the model; nothing is removed from the screen).
+import { t } from '../lib/i18n.js';
 
 const FILE_TITLE = 'File: ';
 
@@ -41,13 +42,13 @@ export function summaryHtml(m, markdown, esc) {
   const parts = Array.isArray(m.content.data) ? m.content.data.filter((p) => p && typeof p === 'object') : [];
   const files = parts.filter((p) => String(p.title || '').startsWith(FILE_TITLE));
   const texts = parts.filter((p) => !files.includes(p));
-  const label = (texts[0] && texts[0].title) || 'Summary of the earlier conversation';
+  const label = (texts[0] && texts[0].title) || t('compact.summary');
   const body = texts.map((p, i) => `${i && p.title ? `### ${p.title}\n\n` : ''}${String(p.content || '')}`).join('\n\n');
   const fileList = files.length
-    ? `<div class="files-back"><div class="muted">Files given back to the model:</div>${files.map((f) => `<details class="file">`
+    ? `<div class="files-back"><div class="muted">${esc(t('compact.files'))}</div>${files.map((f) => `<details class="file">`
       + `<summary>${esc(String(f.title).slice(FILE_TITLE.length))}</summary><pre><code>${esc(f.content)}</code></pre></details>`).join('')}</div>`
     : '';
-  const words = 'Context compacted: the messages above are summarised for the model';
+  const words = esc(t('compact.mark'));
   return `<div class="compaction" part="compaction" role="separator" aria-label="${words}"><span class="label">${words}</span></div>`
     + `<details class="summary" part="summary"><summary>${esc(label)}</summary><div class="md">${markdown(body)}</div>${fileList}</details>`;
 }

@@ -5,6 +5,7 @@
 // built once and only its text changes, so the toggle keeps its focus while Updates stream in.
 import { View, esc } from './base.js';
 import { contextFigures, ringSvg } from './context-ring.js';
+import { getLocale, t, tOr } from '../lib/i18n.js';
 
 class ContextBar extends View {
   static styles = View.css(`
@@ -32,12 +33,12 @@ class ContextBar extends View {
       <div class="bar" part="context-bar">
         <span class="ringbox"></span>
         <span class="grow"><b class="pct"></b> <span class="muted detail"></span></span>
-        <button type="button" data-act="toggle" aria-expanded="false" aria-controls="session-memories">Session memories <span class="count"></span></button>
+        <button type="button" data-act="toggle" aria-expanded="false" aria-controls="session-memories"><span data-i18n="ctx.sessionMemories"></span> <span class="count"></span></button>
       </div>
-      <section id="session-memories" part="session-memories" aria-label="Memories saved in this session" hidden>
+      <section id="session-memories" part="session-memories" data-i18n-aria-label="ctx.savedHere" hidden>
         <div class="status muted" role="status"></div>
-        <ul aria-label="Memories saved in this session"></ul>
-        <div class="foot"><button type="button" data-act="page">All your memories…</button></div>
+        <ul data-i18n-aria-label="ctx.savedHere"></ul>
+        <div class="foot"><button type="button" data-act="page" data-i18n="ctx.allMemories"></button></div>
       </section>`;
     this.root.addEventListener('click', (e) => {
       const act = e.target.closest('button')?.dataset.act;
@@ -64,7 +65,7 @@ class ContextBar extends View {
     const box = this.root.querySelector('.ringbox');
     if (this._ring !== ring) { box.innerHTML = ring; this._ring = ring; }
     const pct = this.root.querySelector('.pct');
-    pct.textContent = `${f.pct}% context`;
+    pct.textContent = t('ctx.pct', { pct: f.pct });
     pct.dataset.level = f.level;
     this.root.querySelector('.detail').textContent = [f.tokens, f.rounds, f.cost].filter(Boolean).join(' · ');
 
@@ -81,23 +82,25 @@ class ContextBar extends View {
     const status = this.root.querySelector('.status');
     status.dataset.state = mem.status;
     if (mem.status === 'error') {
-      if (status.dataset.error !== mem.error) {
-        status.innerHTML = `Could not load the memories: ${esc(mem.error)} <button type="button" data-act="retry">Retry</button>`;
-        status.dataset.error = mem.error;
+      const key = `${getLocale()} ${mem.error}`;
+      if (status.dataset.error !== key) {
+        status.innerHTML = `${esc(t('ctx.loadError', { error: mem.error }))} <button type="button" data-act="retry">${esc(t('mem.retry'))}</button>`;
+        status.dataset.error = key;
       }
     } else {
       status.dataset.error = '';
-      status.textContent = mem.status === 'loading' && !count ? 'Loading…'
-        : !count ? 'Nothing saved in this session yet: what the agent keeps in memory shows here.' : '';
+      status.textContent = mem.status === 'loading' && !count ? t('mem.loading')
+        : !count ? t('ctx.empty') : '';
     }
     // Saved for later sessions first (the user's own memories, also on the memories page), then
     // the session's notes (what compaction and later turns of this session start from).
-    const row = (m, kind, tag) => `<li data-kind="${kind}" data-id="${esc(m.id)}"><span class="cat" title="${kind === 'user' ? 'Kept for your later sessions' : 'A note of this session'}">${esc(tag)}</span>`
+    const row = (m, kind, tag) => `<li data-kind="${kind}" data-id="${esc(m.id)}"><span class="cat" title="${esc(t(kind === 'user' ? 'ctx.keptTitle' : 'ctx.noteTitle'))}">${esc(tag)}</span>`
       + `<span class="content">${esc(m.content)}</span>`
       + (m.created_at ? `<time class="muted" datetime="${esc(m.created_at)}">${esc(shortTime(m.created_at))}</time>` : '')
       + '</li>';
-    const html = saved.map((m) => row(m, 'user', `${m.category || 'memory'} · ${m.importance || ''}`)).join('')
-      + notes.map((m) => row(m, 'session', m.category || 'note')).join('');
+    const word = (kind, v, none) => (v ? tOr(`mem.${kind}.${v}`, v) : t(none));
+    const html = saved.map((m) => row(m, 'user', `${word('cat', m.category, 'ctx.memory')} · ${m.importance ? word('imp', m.importance) : ''}`)).join('')
+      + notes.map((m) => row(m, 'session', m.category ? tOr(`mem.cat.${m.category}`, m.category) : t('ctx.note'))).join('');
     const list = this.root.querySelector('ul');
     if (this._list !== html) { list.innerHTML = html; this._list = html; }
   }

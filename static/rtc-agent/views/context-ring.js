@@ -5,6 +5,7 @@
 // the threshold, compaction is due), `estimated_next_round_tokens` and `total_cost_usd`.
 // Pure functions; the session list and the context bar draw them.
 import { esc } from './base.js';
+import { t, tn } from '../lib/i18n.js';
 
 const LEVELS = [[100, 'over', '#b3261e'], [80, 'near', '#d9480f'], [50, 'filling', '#b07d00'], [0, 'ok', '#2952cc']];
 const num = (n) => Number(n || 0).toLocaleString('en-US');
@@ -23,14 +24,14 @@ export function contextFigures(s) {
   const raw = known ? Number(s.compression_progress || 0) : 0;
   const pct = Math.max(0, Math.round(raw));
   const [, level, color] = LEVELS.find(([min]) => raw >= min) || LEVELS[LEVELS.length - 1];
-  const tokens = known ? `${num(used)} / ${num(threshold)} tokens` : 'no figures yet';
+  const tokens = known ? t('ring.tokens', { used: num(used), threshold: num(threshold) }) : t('ring.noFigures');
   const r = Number(s.rounds_until_compression);
   let rounds = '';
-  if (known && r < 0) rounds = 'compaction due';
-  else if (known && r > 0) rounds = `about ${num(r)} round${r === 1 ? '' : 's'} until compaction`;
-  else if (known && r === 0 && Number(s.estimated_next_round_tokens || 0) > 0) rounds = 'compaction at the next round';
-  const cost = Number(s.total_cost_usd || 0) > 0 ? `cost ${formatCost(s.total_cost_usd)}` : '';
-  const text = [`Context ${pct}%`, tokens, rounds, cost].filter(Boolean).join(' · ');
+  if (known && r < 0) rounds = t('ring.due');
+  else if (known && r > 0) rounds = tn('ring.rounds', r, { n: num(r) });
+  else if (known && r === 0 && Number(s.estimated_next_round_tokens || 0) > 0) rounds = t('ring.next');
+  const cost = Number(s.total_cost_usd || 0) > 0 ? t('ring.cost', { cost: formatCost(s.total_cost_usd) }) : '';
+  const text = [t('ring.context', { pct }), tokens, rounds, cost].filter(Boolean).join(' · ');
   return { pct, raw, level, color, known, tokens, rounds, cost, text };
 }
 

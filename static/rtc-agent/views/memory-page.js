@@ -8,6 +8,7 @@
 // the item's button). Items are keyed nodes rebuilt only when they change, so Updates streaming
 // in meanwhile never eat what is being typed.
 import { View, esc } from './base.js';
+import { getLocale, t, tn, tOr } from '../lib/i18n.js';
 import { IMPORTANCE, USER_CATEGORIES } from '../lib/memories.js';
 import { shortTime } from './context-bar.js';
 
@@ -54,20 +55,20 @@ class MemoryPage extends View {
     this.nodes = new Map(); // memory id -> {node, sig}
     this.timer = null;
     this.root.innerHTML = `
-      <div class="head"><h2 id="memories-title">Your memories</h2>
-        <button type="button" data-act="export">Export JSON</button>
-        <button type="button" data-act="close">Back to chat</button></div>
-      <form class="filters" role="search" aria-label="Search your memories">
-        <div class="field q"><label for="filter-q">Search</label><input id="filter-q" type="search" name="q" placeholder="Words in a memory" autocomplete="off"></div>
-        <div class="field"><label for="filter-category">Category</label><select id="filter-category" name="category"><option value="">All categories</option>
-          ${USER_CATEGORIES.map((c) => `<option value="${c}">${c}</option>`).join('')}</select></div>
-        <div class="field"><label for="filter-importance">Importance</label><select id="filter-importance" name="importance"><option value="">Any importance</option>
-          ${IMPORTANCE.map((c) => `<option value="${c}">${c}</option>`).join('')}</select></div>
+      <div class="head"><h2 id="memories-title" data-i18n="mem.title"></h2>
+        <button type="button" data-act="export" data-i18n="mem.export"></button>
+        <button type="button" data-act="close" data-i18n="mem.back"></button></div>
+      <form class="filters" role="search" data-i18n-aria-label="mem.searchForm">
+        <div class="field q"><label for="filter-q" data-i18n="mem.search"></label><input id="filter-q" type="search" name="q" data-i18n-placeholder="mem.searchPlaceholder" autocomplete="off"></div>
+        <div class="field"><label for="filter-category" data-i18n="mem.category"></label><select id="filter-category" name="category"><option value="" data-i18n="mem.allCategories"></option>
+          ${USER_CATEGORIES.map((c) => `<option value="${c}" data-i18n="mem.cat.${c}"></option>`).join('')}</select></div>
+        <div class="field"><label for="filter-importance" data-i18n="mem.importance"></label><select id="filter-importance" name="importance"><option value="" data-i18n="mem.anyImportance"></option>
+          ${IMPORTANCE.map((c) => `<option value="${c}" data-i18n="mem.imp.${c}"></option>`).join('')}</select></div>
       </form>
       <div class="row status-row"><div class="status grow" role="status" aria-live="polite"></div>
-        <button type="button" data-act="retry" hidden>Retry</button></div>
+        <button type="button" data-act="retry" data-i18n="mem.retry" hidden></button></div>
       <div class="scroll"><ul aria-labelledby="memories-title"></ul>
-        <button type="button" class="more" data-act="more" hidden>Load more</button></div>`;
+        <button type="button" class="more" data-act="more" data-i18n="mem.more" hidden></button></div>`;
     this.form = this.root.querySelector('form.filters');
     this.list = this.root.querySelector('ul');
     this.form.addEventListener('submit', (e) => { e.preventDefault(); this.searchNow(); });
@@ -114,10 +115,10 @@ class MemoryPage extends View {
     status.dataset.state = page.status;
     const filtered = page.filters.q || page.filters.category || page.filters.importance;
     let text;
-    if (page.status === 'error') text = `Could not load your memories: ${page.error}`;
-    else if (page.status === 'loading' && !count) text = 'Loading…';
-    else if (!count) text = filtered ? 'No memory matches this search.' : 'No memories yet: what the agent learns about you and your work is kept here.';
-    else text = `${count} ${count === 1 ? 'memory' : 'memories'}${page.next ? ' shown, more to load' : ''}`;
+    if (page.status === 'error') text = t('mem.loadError', { error: page.error });
+    else if (page.status === 'loading' && !count) text = t('mem.loading');
+    else if (!count) text = t(filtered ? 'mem.noMatch' : 'mem.empty');
+    else text = tn(page.next ? 'mem.countMore' : 'mem.count', count);
     if (this.notice) text = `${this.notice} ${text}`;
     if (status.textContent !== text) status.textContent = text;
     this.root.querySelector('[data-act=retry]').hidden = page.status !== 'error';
@@ -138,7 +139,7 @@ class MemoryPage extends View {
     for (const m of items) {
       const id = String(m.id); // memory ids are numbers; the DOM's are strings
       const mode = this.modes.get(id) || '';
-      const sig = JSON.stringify([m, mode, this.errors.get(id) || '', this.busy.has(id)]);
+      const sig = JSON.stringify([m, mode, this.errors.get(id) || '', this.busy.has(id), getLocale()]);
       let entry = this.nodes.get(id);
       if (!entry || entry.sig !== sig) {
         const node = document.createElement('li');
@@ -160,28 +161,29 @@ class MemoryPage extends View {
   }
 
   itemHtml(m, mode) {
-    const short = esc(String(m.content || '').slice(0, 40));
+    const short = String(m.content || '').slice(0, 40);
     const busy = this.busy.has(String(m.id)) ? ' disabled' : '';
     const err = `<div class="err" role="alert">${esc(this.errors.get(String(m.id)) || '')}</div>`;
     const edited = Date.parse(m.updated_at) - Date.parse(m.created_at) > 1000; // not the save itself
-    const when = `saved ${esc(shortTime(m.created_at))}${edited ? ` · edited ${esc(shortTime(m.updated_at))}` : ''}`;
-    const meta = `<div class="meta"><span class="tag" data-category="${esc(m.category)}">${esc(m.category)}</span>`
-      + `<span class="tag" data-importance="${esc(m.importance)}">${esc(m.importance)}</span><span class="muted">${when}</span></div>`;
+    const when = esc(t('mem.saved', { time: shortTime(m.created_at) }))
+      + (edited ? ` · ${esc(t('mem.edited', { time: shortTime(m.updated_at) }))}` : '');
+    const meta = `<div class="meta"><span class="tag" data-category="${esc(m.category)}">${esc(categoryWord(m.category))}</span>`
+      + `<span class="tag" data-importance="${esc(m.importance)}">${esc(importanceWord(m.importance))}</span><span class="muted">${when}</span></div>`;
     if (mode === 'edit') {
-      const options = (list, value) => (list.includes(value) ? list : [value, ...list])
-        .map((c) => `<option value="${esc(c)}"${c === value ? ' selected' : ''}>${esc(c)}</option>`).join('');
+      const options = (list, value, word) => (list.includes(value) ? list : [value, ...list])
+        .map((c) => `<option value="${esc(c)}"${c === value ? ' selected' : ''}>${esc(word(c))}</option>`).join('');
       const f = `memory-${esc(m.id)}`; // ids are unique within this shadow root
-      return `${meta}<form class="edit" novalidate aria-label="Edit memory">
-        <div class="field"><label for="${f}-content">Memory</label><textarea id="${f}-content" name="content">${esc(m.content)}</textarea></div>
-        <div class="row"><div class="field"><label for="${f}-category">Category</label><select id="${f}-category" name="category">${options(USER_CATEGORIES, m.category)}</select></div>
-          <div class="field"><label for="${f}-importance">Importance</label><select id="${f}-importance" name="importance">${options(IMPORTANCE, m.importance)}</select></div></div>
-        ${err}<div class="acts"><button type="submit" class="primary"${busy}>Save</button><button type="button" data-act="cancel"${busy}>Cancel</button></div></form>`;
+      return `${meta}<form class="edit" novalidate aria-label="${esc(t('mem.editForm'))}">
+        <div class="field"><label for="${f}-content">${esc(t('mem.memory'))}</label><textarea id="${f}-content" name="content">${esc(m.content)}</textarea></div>
+        <div class="row"><div class="field"><label for="${f}-category">${esc(t('mem.category'))}</label><select id="${f}-category" name="category">${options(USER_CATEGORIES, m.category, categoryWord)}</select></div>
+          <div class="field"><label for="${f}-importance">${esc(t('mem.importance'))}</label><select id="${f}-importance" name="importance">${options(IMPORTANCE, m.importance, importanceWord)}</select></div></div>
+        ${err}<div class="acts"><button type="submit" class="primary"${busy}>${esc(t('mem.save'))}</button><button type="button" data-act="cancel"${busy}>${esc(t('mem.cancel'))}</button></div></form>`;
     }
     const ask = mode === 'ask'
-      ? `<div class="ask" role="group" aria-label="Delete this memory?">Delete this memory? This cannot be undone.
-          <div class="acts"><button type="button" class="danger" data-act="confirm-delete"${busy}>Delete</button><button type="button" data-act="cancel"${busy}>Keep it</button></div></div>`
-      : `<div class="acts"><button type="button" data-act="edit" aria-label="Edit memory: ${short}">Edit</button>`
-        + `<button type="button" class="danger" data-act="delete" aria-label="Delete memory: ${short}">Delete</button></div>`;
+      ? `<div class="ask" role="group" aria-label="${esc(t('mem.deleteAsk'))}">${esc(t('mem.deleteWarn'))}
+          <div class="acts"><button type="button" class="danger" data-act="confirm-delete"${busy}>${esc(t('mem.delete'))}</button><button type="button" data-act="cancel"${busy}>${esc(t('mem.keep'))}</button></div></div>`
+      : `<div class="acts"><button type="button" data-act="edit" aria-label="${esc(t('mem.editLabel', { text: short }))}">${esc(t('mem.edit'))}</button>`
+        + `<button type="button" class="danger" data-act="delete" aria-label="${esc(t('mem.deleteLabel', { text: short }))}">${esc(t('mem.delete'))}</button></div>`;
     return `${meta}<div class="content">${esc(m.content)}</div>${mode === 'ask' ? '' : err}${ask}${mode === 'ask' ? err : ''}`;
   }
 
@@ -218,7 +220,7 @@ class MemoryPage extends View {
       const value = name === 'content' ? form.elements[name].value.trim() : form.elements[name].value;
       if (value !== item[name]) patch[name] = value;
     }
-    if (patch.content === '') return this.fail(id, 'A memory cannot be empty.', 'textarea');
+    if (patch.content === '') return this.fail(id, t('mem.emptyContent'), 'textarea');
     if (!Object.keys(patch).length) return this.setMode(id, null, '[data-act=edit]');
     await this.run(id, async () => {
       await this.agent.memories.update(id, patch);
@@ -274,9 +276,9 @@ class MemoryPage extends View {
       a.download = filename;
       a.click();
       setTimeout(() => URL.revokeObjectURL(a.href), 1000);
-      this.notice = `Exported to ${filename}.`;
+      this.notice = t('mem.exported', { file: filename });
     } catch (err) {
-      this.notice = `Export failed: ${err.message}.`;
+      this.notice = t('mem.exportFailed', { error: err.message });
     } finally {
       this.exporting = false;
       btn.removeAttribute('aria-busy');
@@ -284,5 +286,9 @@ class MemoryPage extends View {
     }
   }
 }
+
+// A category or an importance in words (values the widget does not know are shown as they are).
+export const categoryWord = (c) => tOr(`mem.cat.${c}`, c);
+export const importanceWord = (c) => tOr(`mem.imp.${c}`, c);
 
 customElements.define('rtc-memory-page', MemoryPage);

@@ -79,7 +79,7 @@ class AskUser extends View {
     const questions = (prompt.rtc.parameters && prompt.rtc.parameters.questions || []).slice(0, 4);
     this.root.innerHTML = questions.map((q, qi) => `<fieldset data-q="${qi}"><legend><b>${esc(q.header || '')}</b> ${esc(q.question)}</legend>
       ${(q.options || []).map((o, oi) => `<label><input type="${q.multiSelect ? 'checkbox' : 'radio'}" name="q${qi}" value="${oi}"> ${esc(o.label)}</label>${o.description ? `<div class="desc">${esc(o.description)}</div>` : ''}`).join('')}
-      <label><input type="${q.multiSelect ? 'checkbox' : 'radio'}" name="q${qi}" value="other"> Other: <input name="other${qi}" placeholder="your answer"></label>
+      <label><input type="${q.multiSelect ? 'checkbox' : 'radio'}" name="q${qi}" value="other"> ${esc(t('prompt.other'))} <input name="other${qi}" placeholder="${esc(t('prompt.otherPlaceholder'))}"></label>
       </fieldset>`).join('') + `<button class="primary" data-act="answer">${esc(t('prompt.answer'))}</button>`;
     this.root.querySelector('[data-act=answer]').onclick = () => {
       const answers = questions.map((q, qi) => {

@@ -4,6 +4,7 @@
 // started: each with its title, its state (working, done, failed, stopped), its latest words,
 // "Open" (its conversation, read-only) and, nested, the sub-agents it started in turn.
 // Children whose starting message is not on screen are drawn at the end of the conversation.
+import { t, tn } from '../lib/i18n.js';
 
 const MAX_DEPTH = 6; // deeper levels are summarised as a count (Open shows them)
 const SNIPPET = 160;
@@ -24,7 +25,7 @@ function lastWords(messages, streams) {
     let text = '';
     if (type === 'markdown' || type === 'text') {
       text = (streams[m.id] && streams[m.id].text) || (typeof data === 'string' ? data : (data && data.text) || '');
-    } else if (type === 'error') text = `${(data && data.title) || 'Error'}: ${(data && data.message) || ''}`;
+    } else if (type === 'error') text = `${(data && data.title) || t('sa.error')}: ${(data && data.message) || ''}`;
     text = text.replace(/\s+/g, ' ').trim();
     if (text) return text.length > SNIPPET ? `${text.slice(0, SNIPPET - 1)}…` : text;
   }
@@ -41,15 +42,15 @@ export function subAgentTreeHtml(children, store, esc, depth = 0) {
     const grand = store.childSessions(child.id);
     const nested = grand.length && depth + 1 < MAX_DEPTH
       ? subAgentTreeHtml(grand, store, esc, depth + 1)
-      : grand.length ? `<div class="muted">${grand.length} more sub-agent${grand.length === 1 ? '' : 's'}: open it to see them</div>` : '';
-    const title = child.title || 'Sub-agent';
+      : grand.length ? `<div class="muted">${esc(tn('sa.more', grand.length))}</div>` : '';
+    const title = child.title || t('sa.title');
     return `<li class="sa" part="sub-agent" data-session="${esc(child.id)}" data-state="${state}">`
       + `<div class="row"><span class="sa-icon" aria-hidden="true">↳</span><span class="grow sa-title">${esc(title)}</span>`
-      + `<span class="status ${state === 'working' ? 'running' : state === 'done' ? 'done' : 'failed'}">${state}</span>`
-      + `<button type="button" class="sa-open" data-open-session="${esc(child.id)}" aria-label="Open the sub-agent ${esc(title)}">Open</button></div>`
+      + `<span class="status ${state === 'working' ? 'running' : state === 'done' ? 'done' : 'failed'}">${esc(t(`sa.${state}`))}</span>`
+      + `<button type="button" class="sa-open" data-open-session="${esc(child.id)}" aria-label="${esc(t('sa.openLabel', { title }))}">${esc(t('sa.open'))}</button></div>`
       + (words ? `<div class="muted sa-words">${esc(words)}</div>` : '')
       + nested + '</li>';
   });
-  const label = depth ? 'Sub-agents it started' : 'Sub-agents started here';
-  return `<ul class="subagents" part="sub-agents" aria-label="${label}">${items.join('')}</ul>`;
+  const label = t(depth ? 'sa.nested' : 'sa.top');
+  return `<ul class="subagents" part="sub-agents" aria-label="${esc(label)}">${items.join('')}</ul>`;
 }

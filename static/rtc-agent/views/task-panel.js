@@ -10,10 +10,10 @@
 // button keeps its focus and the todo list stays open or closed while Updates stream in.
 import { View, esc } from './base.js';
 import { formatInterval } from '../lib/commands.js';
+import { localInterval, t, tn, tOr } from '../lib/i18n.js';
 
-const TODO_WORDS = { pending: 'pending', in_progress: 'in progress', completed: 'completed' };
 const TODO_MARKS = { pending: '○', in_progress: '◐', completed: '✓' };
-const GOAL_WORDS = { active: 'active', completed: 'completed', cancelled: 'cancelled', exhausted: 'rounds used up' };
+const interval = (seconds) => localInterval(formatInterval(seconds));
 const ENDED_LOOPS = 3;
 const TICK_MS = 10000; // the loops' countdowns are redrawn this often
 
@@ -54,9 +54,9 @@ class TaskPanel extends View {
     this.html = {};
     this.root.innerHTML = `
       <div class="part lineage" part="sub-agent-lineage" hidden></div>
-      <div class="part goal" part="goal" role="group" aria-label="Goal" hidden></div>
-      <details class="part todos" part="todos" open hidden><summary></summary><ol aria-label="Todo list"></ol></details>
-      <section class="part loops" part="loops" aria-label="Loops" hidden><ul></ul></section>`;
+      <div class="part goal" part="goal" role="group" data-i18n-aria-label="task.goal" hidden></div>
+      <details class="part todos" part="todos" open hidden><summary></summary><ol data-i18n-aria-label="task.todos"></ol></details>
+      <section class="part loops" part="loops" data-i18n-aria-label="task.loops" hidden><ul></ul></section>`;
     this.root.querySelector('details').addEventListener('toggle', (e) => { this.todosOpen = e.target.open; });
     this.root.addEventListener('click', (e) => this.onClick(e));
   }
@@ -91,10 +91,10 @@ class TaskPanel extends View {
     this.put('.lineage', session ? this.lineageHtml(session, state) : '');
     this.put('.goal', session ? this.goalHtml(store.sessionGoal(sid)) : '');
     const todos = session && Array.isArray(session.todo_list) ? session.todo_list : [];
-    this.put('.todos', todos.map((t) => this.todoHtml(t)).join(''));
+    this.put('.todos', todos.map((item) => this.todoHtml(item)).join(''));
     const summary = this.root.querySelector('.todos summary');
-    const done = todos.filter((t) => t.status === 'completed').length;
-    const words = `<b>Todo list</b> · ${done} of ${todos.length} done`;
+    const done = todos.filter((item) => item.status === 'completed').length;
+    const words = `<b>${esc(t('task.todos'))}</b> · ${esc(t('task.todosDone', { done, total: todos.length }))}`;
     if (summary.innerHTML !== words) summary.innerHTML = words;
     this.put('.loops', shownLoops.map((l) => this.loopHtml(l)).join(''));
     this.hidden = ['.lineage', '.goal', '.todos', '.loops'].every((sel) => this.root.querySelector(sel).hidden);
@@ -108,38 +108,41 @@ class TaskPanel extends View {
     const parentId = session.parent_server_session_id;
     if (!parentId) return '';
     const parent = state.sessions[parentId];
-    const parentTitle = parent ? parent.title || 'Untitled' : 'its parent';
-    return `<span aria-hidden="true">↳</span><span class="grow">Sub-agent <b>${esc(session.title || 'Untitled')}</b>, started by `
-      + `<i>${esc(parentTitle)}</i>. Its conversation is read-only here.</span>`
-      + `<button type="button" data-act="parent" data-session="${esc(parentId)}">Back to ${parent ? 'the parent' : 'the parent conversation'}</button>`;
+    const parentTitle = parent ? parent.title || t('sessions.untitled') : t('task.itsParent');
+    // The sentence is escaped first; the two names are put in afterwards, escaped, in <b> / <i>.
+    const sentence = esc(t('task.lineage', { title: '\u0001', parent: '\u0002' }))
+      .replace('\u0001', `<b>${esc(session.title || t('sessions.untitled'))}</b>`)
+      .replace('\u0002', `<i>${esc(parentTitle)}</i>`);
+    return `<span aria-hidden="true">↳</span><span class="grow">${sentence}</span>`
+      + `<button type="button" data-act="parent" data-session="${esc(parentId)}">${esc(t(parent ? 'task.backParent' : 'task.backParentConversation'))}</button>`;
   }
 
   goalHtml(goal) {
     if (!goal) return '';
     const active = goal.status === 'active';
-    const rounds = `${goal.rounds} / ${goal.max_rounds} rounds`;
-    return `<span class="label">Goal</span><span class="cond">${esc(goal.condition)}</span>`
-      + `<span class="rounds" title="Rounds (turns) worked on the goal, of at most ${esc(goal.max_rounds)}">${esc(rounds)}</span>`
-      + `<span class="badge" data-status="${esc(goal.status)}">${esc(GOAL_WORDS[goal.status] || goal.status)}</span>`
-      + (active ? `<button type="button" data-act="cancel-goal" data-session="${esc(goal.session_id)}">Cancel goal</button>` : '');
+    const rounds = t('task.rounds', { rounds: goal.rounds, max: goal.max_rounds });
+    return `<span class="label">${esc(t('task.goal'))}</span><span class="cond">${esc(goal.condition)}</span>`
+      + `<span class="rounds" title="${esc(t('task.roundsTitle', { max: goal.max_rounds }))}">${esc(rounds)}</span>`
+      + `<span class="badge" data-status="${esc(goal.status)}">${esc(tOr(`task.goal.${goal.status}`, goal.status))}</span>`
+      + (active ? `<button type="button" data-act="cancel-goal" data-session="${esc(goal.session_id)}">${esc(t('task.cancelGoal'))}</button>` : '');
   }
 
-  todoHtml(t) {
-    const status = TODO_WORDS[t.status] ? t.status : 'pending';
+  todoHtml(item) {
+    const status = TODO_MARKS[item.status] ? item.status : 'pending';
     // An item in progress reads as what is being done now ("Running the tests").
-    const text = status === 'in_progress' && t.active_form ? t.active_form : t.content;
-    return `<li data-status="${status}" title="${esc(t.content)}"><span class="mark" aria-hidden="true">${TODO_MARKS[status]}</span>`
-      + `<span class="text">${esc(text)}</span><span class="sr">(${TODO_WORDS[status]})</span></li>`;
+    const text = status === 'in_progress' && item.active_form ? item.active_form : item.content;
+    return `<li data-status="${status}" title="${esc(item.content)}"><span class="mark" aria-hidden="true">${TODO_MARKS[status]}</span>`
+      + `<span class="text">${esc(text)}</span><span class="sr">(${esc(t(`task.todo.${status}`))})</span></li>`;
   }
 
   loopHtml(l) {
-    const every = `every ${formatInterval(l.interval_seconds)}`;
-    const runs = `${l.runs} of ${l.max_runs} run${l.max_runs === 1 ? '' : 's'}`;
+    const every = t('task.every', { interval: interval(l.interval_seconds) });
+    const runs = tn('task.runs', l.max_runs, { runs: l.runs, max: l.max_runs });
     let when = '';
-    if (l.status === 'active' && l.next_run_at) when = ` · next run ${nextRun(l.next_run_at)}`;
-    else if (l.status !== 'active') when = ` · ${l.status}`;
+    if (l.status === 'active' && l.next_run_at) when = ` · ${t('task.nextRun', { when: nextRun(l.next_run_at) })}`;
+    else if (l.status !== 'active') when = ` · ${tOr(`task.loop.${l.status}`, l.status)}`;
     const stop = l.status === 'active'
-      ? `<button type="button" data-act="stop-loop" data-loop="${esc(l.id)}" aria-label="Stop the loop: ${esc(l.prompt.slice(0, 80))}">Stop</button>` : '';
+      ? `<button type="button" data-act="stop-loop" data-loop="${esc(l.id)}" aria-label="${esc(t('task.stopLabel', { prompt: l.prompt.slice(0, 80) }))}">${esc(t('task.stop'))}</button>` : '';
     return `<li data-loop="${esc(l.id)}" data-status="${esc(l.status)}"><span class="icon" aria-hidden="true">↻</span>`
       + `<span class="what"><span class="prompt">${esc(l.prompt)}</span> <span class="muted">${esc(every)} · ${esc(runs)}${esc(when)}</span></span>${stop}</li>`;
   }
@@ -153,7 +156,7 @@ export function nextRun(iso, now = Date.now()) {
   const clock = d.toLocaleTimeString([], { hour: '2-digit', minute: '2-digit', second: '2-digit' });
   const at = today ? clock : `${d.toLocaleDateString()} ${clock}`;
   const left = Math.round((d.getTime() - now) / 1000);
-  return `${at} (${left <= 0 ? 'due now' : `in ${formatInterval(left < 60 ? left : Math.round(left / 60) * 60)}`})`;
+  return `${at} (${left <= 0 ? t('task.dueNow') : t('task.in', { interval: interval(left < 60 ? left : Math.round(left / 60) * 60) })})`;
 }
 
 customElements.define('rtc-task-panel', TaskPanel);
