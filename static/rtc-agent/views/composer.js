@@ -152,8 +152,8 @@ class Composer extends View {
     if (parseCommand(typed)) { this.runCommand(typed); return; } // attachments wait for a message
     if (this.agent.store.state.commandNotice) this.agent.tasks.notice('');
     const uploads = this.agent.uploads;
-    if (uploads.busy) { uploads.notice('The attachments are still uploading: send once they are done.'); return; }
-    if (uploads.failed) { uploads.notice('An attachment failed to upload: retry it or remove it (×) before sending.'); return; }
+    if (uploads.busy) { uploads.notice(t('upload.busyNotice')); return; }
+    if (uploads.failed) { uploads.notice(t('upload.failedNotice')); return; }
     const text = this.input.value.trim();
     if (!text && !uploads.items.length) return;
     if (this.checking) return;
@@ -195,7 +195,7 @@ class Composer extends View {
     const uploads = this.agent.uploads;
     const send = this.root.querySelector('[data-act=send]');
     send.disabled = uploads.busy || uploads.failed || !!this.running;
-    send.title = uploads.busy ? 'Waiting for the attachments to upload' : uploads.failed ? 'An attachment failed to upload' : 'Send';
+    send.title = t(uploads.busy ? 'send.waiting' : uploads.failed ? 'send.failed' : 'send.title');
   }
 
   // Chips are keyed by upload id and rebuilt only when their status changes; progress updates
@@ -238,9 +238,9 @@ class Composer extends View {
     const working = u.status === 'preparing' || u.status === 'uploading' || u.status === 'waiting';
     const state = u.status === 'done' ? '<span class="muted">uploaded</span>' : '';
     const err = u.error ? `<span class="err" role="status">${esc(u.error)}</span>` : '';
-    const bar = working ? `<progress max="${u.size}" value="${u.loaded}" aria-label="Uploading ${name}"></progress><span class="pct muted"></span>` : '';
-    const retry = u.status === 'failed' ? `<button type="button" data-act="retry" aria-label="Retry uploading ${name}" title="Retry">Retry</button>` : '';
-    const remove = `<button type="button" data-act="remove" aria-label="${working ? 'Cancel and remove' : 'Remove'} ${name}" title="${working ? 'Cancel' : 'Remove'}">×</button>`;
+    const bar = working ? `<progress max="${u.size}" value="${u.loaded}" aria-label="${esc(t('upload.uploading', { name: u.name }))}"></progress><span class="pct muted"></span>` : '';
+    const retry = u.status === 'failed' ? `<button type="button" data-act="retry" aria-label="${esc(t('upload.retryLabel', { name: u.name }))}" title="${esc(t('upload.retry'))}">${esc(t('upload.retry'))}</button>` : '';
+    const remove = `<button type="button" data-act="remove" aria-label="${esc(t(working ? 'upload.cancelRemove' : 'upload.removeLabel', { name: u.name }))}" title="${esc(t(working ? 'upload.cancel' : 'upload.remove'))}">×</button>`;
     return `${thumb}<span class="name" title="${name}">${name}</span><span class="acts">${retry}${remove}</span>
       <span class="line"><span class="muted">${esc(formatSize(u.size))}</span>${bar}${state}</span>${err}`;
   }

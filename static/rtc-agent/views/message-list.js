@@ -117,8 +117,8 @@ class MessageList extends View {
       if (html) wanted.push([m.id, html]);
     }
     const rest = [...children.values()].flat();
-    if (rest.length) wanted.push(['subagents-rest', `<div class="subagents-rest"><div class="muted">Sub-agents</div>${subAgentTreeHtml(rest, store, esc)}</div>`]);
-    if (!wanted.length) wanted.push(['empty', `<div class="empty">${sid ? 'Loading…' : 'Ask the agent anything. It works on files in this browser.'}</div>`]);
+    if (rest.length) wanted.push(['subagents-rest', `<div class="subagents-rest"><div class="muted">${esc(t('msg.subAgents'))}</div>${subAgentTreeHtml(rest, store, esc)}</div>`]);
+    if (!wanted.length) wanted.push(['empty', `<div class="empty">${esc(t(sid ? 'msg.loading' : 'msg.empty'))}</div>`]);
     const keep = new Set(wanted.map(([id]) => id));
     for (const [id, n] of this.nodes) if (!keep.has(id)) { n.node.remove(); this.nodes.delete(id); }
     let prev = null;
@@ -214,9 +214,9 @@ class MessageList extends View {
       }
       case 'toolcall_input': return this.renderTool({ ...(data || {}), msgId: m.id }, rtcs.get(m.id) || rtcs.get(`${m.turn_id}/${data && data.id}`), state);
       case 'toolcall_output':
-        return `<details class="muted"><summary>Result of ${esc(data.tool_name || 'tool')}</summary><div class="out">${esc(data.output)}</div></details>`;
+        return `<details class="muted"><summary>${esc(t('msg.resultOf', { tool: data.tool_name || 'tool' }))}</summary><div class="out">${esc(data.output)}</div></details>`;
       case 'error':
-        return `<div class="error" part="error" role="alert"><div class="row"><b class="grow">${esc(data.title || 'Error')}</b><span class="status failed">${esc(data.category || 'system')}</span></div>
+        return `<div class="error" part="error" role="alert"><div class="row"><b class="grow">${esc(data.title || t('msg.error'))}</b><span class="status failed">${esc(data.category || 'system')}</span></div>
           <div>${esc(data.message || '')}</div><div style="margin-top:6px"><button data-retry="${esc(m.session_id)}">${esc(t('msg.retry'))}</button></div></div>`;
       default: return '';
     }
@@ -255,7 +255,7 @@ class MessageList extends View {
     const copy = e.target.closest('button.copy');
     if (copy) {
       const code = copy.parentElement.querySelector('code') || copy.parentElement;
-      navigator.clipboard.writeText(code.textContent).then(() => { copy.textContent = 'Copied'; }, () => { copy.textContent = 'Copy failed'; });
+      navigator.clipboard.writeText(code.textContent).then(() => { copy.textContent = t('msg.copied'); }, () => { copy.textContent = t('msg.copyFailed'); });
       return;
     }
     const open = e.target.closest('[data-open-session]');
@@ -278,11 +278,11 @@ function originHtml(data) {
   if (!origin || typeof origin !== 'object') return '';
   if (origin.kind === 'goal') {
     const round = Number(origin.round) || 0;
-    return `<div class="origin" part="message-origin">◎ ${round ? `Goal, round ${round + 1}` : 'Goal set'}: sent for you</div>`;
+    return `<div class="origin" part="message-origin">${esc(round ? t('origin.goalRound', { round: round + 1 }) : t('origin.goalSet'))}</div>`;
   }
   if (origin.kind === 'loop') {
     const tick = Number(origin.tick);
-    return `<div class="origin" part="message-origin">↻ Loop${Number.isFinite(tick) ? `, tick ${tick + 1}` : ''}: sent for you</div>`;
+    return `<div class="origin" part="message-origin">${esc(Number.isFinite(tick) ? t('origin.loopTick', { tick: tick + 1 }) : t('origin.loop'))}</div>`;
   }
   return '';
 }
