@@ -46,7 +46,7 @@ copy_source_map "$OUT/centrifuge.mjs" node_modules/centrifuge/build/index.mjs
 copy_source_map "$OUT/marked.esm.js" node_modules/marked/lib/marked.esm.js
 copy_source_map "$OUT/purify.es.mjs" node_modules/dompurify/dist/purify.es.mjs
 for f in "$OUT"/json-schema/*.js; do
-    copy_source_map "$f" "node_modules/@cfworker/json-schema/dist/esm/$(basename "$f")"
+    copy_source_map "$f" "node_modules/@cfworker/json-schema/dist/esm/${f##*/}"
 done
 cp node_modules/centrifuge/LICENSE "$OUT/licenses/centrifuge-LICENSE"
 cp node_modules/marked/LICENSE.md "$OUT/licenses/marked-LICENSE.md" 2>/dev/null || cp node_modules/marked/LICENSE "$OUT/licenses/marked-LICENSE"

@@ -43,7 +43,8 @@ from tests.livesrv import ROOT, free_port
 pytestmark = pytest.mark.slow
 
 VENDORED = ("rtc-agent/vendor/centrifuge.mjs", "rtc-agent/vendor/marked.esm.js",
-            "rtc-agent/vendor/purify.es.mjs")
+            "rtc-agent/vendor/purify.es.mjs", "rtc-agent/vendor/json-schema/index.js")
+PACKAGES = ("centrifuge", "marked", "dompurify", "@cfworker/json-schema")
 # What a build machine has: none of the app's configuration, none of the test run's.
 _NOT_AT_BUILD = re.compile(r"^(DJANGO_|RTC_|PYTEST_|AWS_|OPENAI_)|^(DATABASE_URL|REDIS_URL|"
                            r"VIRTUAL_ENV|PYTHONPATH)$")
@@ -217,10 +218,10 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 def test_the_build_fills_the_vendor_folder_and_hashes_every_static_file(built: Path) -> None:
     vendor = built / "static" / "rtc-agent" / "vendor"
     versions = (vendor / "VERSIONS").read_text().split()
-    assert versions[0::2] == ["centrifuge", "marked", "dompurify"]
+    assert versions[0::2] == list(PACKAGES)
     lock = json.loads((built / "package-lock.json").read_text())["packages"]
     assert versions[1::2] == [lock[f"node_modules/{p}"]["version"]
-                              for p in ("centrifuge", "marked", "dompurify")]
+                              for p in PACKAGES]
     paths = manifest(built)
     for name in ("rtc-agent/rtc-agent.js", "favicon.ico", "admin/css/base.css", *VENDORED):
         hashed = paths[name]
