@@ -31,6 +31,7 @@ DEFAULTS: dict[str, Any] = {
     "MAX_RESULT_BYTES": 2 * 1024 * 1024,  # a larger tool result fails the call (the model is told)
     # Worker
     "WORKER_LEASE_MS": 30_000,  # a session lock's lease; renewed every third of it
+    "WORKER_TURNS": 4,  # turns (sessions) one worker process runs at once, one thread each
     "ORPHAN_AFTER": 10.0,  # seconds before a turn nobody runs is re-enqueued by the sweeper
     # Per-user caps on v1.message.send (and fork), answered rate_limited; 0 turns one off
     "MAX_QUEUED_TURNS_PER_USER": 20,  # messages waiting for their turn to start

@@ -454,6 +454,7 @@ RTCAGENT = {
     "DEADLINE_SECONDS": env.float("RTC_DEADLINE_SECONDS", default=300.0),
     "ASK_DEADLINE_SECONDS": env.float("RTC_ASK_DEADLINE_SECONDS", default=1800.0),
     "WORKER_LEASE_MS": env.int("RTC_WORKER_LEASE_MS", default=30_000),
+    "WORKER_TURNS": env.int("RTC_WORKER_TURNS", default=4),
     "ORPHAN_AFTER": env.float("RTC_ORPHAN_AFTER", default=10.0),
     "MAX_QUEUED_TURNS_PER_USER": env.int("RTC_MAX_QUEUED_TURNS_PER_USER", default=20),
     "MAX_TURNS_PER_HOUR": env.int("RTC_MAX_TURNS_PER_HOUR", default=600),

@@ -92,7 +92,9 @@ def session_list(ctx: RpcContext, params: dict[str, Any]) -> dict[str, Any]:
 def session_get(ctx: RpcContext, params: dict[str, Any]) -> dict[str, Any]:
     """One of the caller's sessions: ``{item}``."""
     p = validate(_SessionParams, params)
-    return {"item": selectors.session_get(user_id=ctx.user_id, session_id=p["session_id"])}
+    session = selectors.session_get(user_id=ctx.user_id, session_id=p["session_id"])
+    selectors.with_lineage([session])
+    return {"item": session}
 
 
 @rpc("v1.session.open")

@@ -9,6 +9,7 @@ serialize; they never write.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,10 +35,35 @@ def as_uuid(value: uuid.UUID | str, entity: str) -> uuid.UUID:
 
 
 def visible_sessions(*, user_id: int) -> QuerySet[Session]:
-    """The caller's sessions that are not soft-deleted."""
-    return Session.objects.filter(user_id=user_id, deleted_at__isnull=True).select_related(
-        "parent_session", "root_session"
-    )
+    """The caller's sessions that are not soft-deleted (no joins: see ``with_lineage``)."""
+    return Session.objects.filter(user_id=user_id, deleted_at__isnull=True)
+
+
+def with_lineage(rows: Iterable[Session], *, known: Iterable[Session] = ()) -> None:
+    """Attach the parent and root sessions the wire shape names (their ``client_session_id``)
+    to the sub-agent sessions among ``rows``, in at most one narrow query.
+
+    Root sessions (most rows) have neither, so a page of them costs nothing; a self-join on
+    every list would read ~90 columns per row for two empty strings. ``known`` sessions (say
+    the parent a list was filtered by) are used without a query. Rows left without it still
+    serialize correctly: the serializer then loads the reference itself.
+    """
+    rows = list(rows)
+    found: dict[uuid.UUID, Session] = {s.pk: s for s in (*known, *rows)}
+    wanted = {
+        pk
+        for s in rows
+        for pk in (s.parent_session_id, s.root_session_id)
+        if pk is not None and pk not in found
+    }
+    if wanted:
+        for s in Session.objects.filter(pk__in=wanted).only("id", "client_session_id"):
+            found[s.pk] = s
+    for s in rows:
+        if s.parent_session_id in found:
+            s.parent_session = found[s.parent_session_id]
+        if s.root_session_id in found:
+            s.root_session = found[s.root_session_id]
 
 
 def session_get(*, user_id: int, session_id: uuid.UUID | str) -> Session:
@@ -56,18 +82,22 @@ def session_list(*, user_id: int, cursor: str | None = None, limit: int | None =
     not the caller's); most recently updated first, keyset-paged on ``(updated_at, id)``;
     ``limit`` defaults to 20 and is capped at ``PAGE_MAX``."""
     size = page_limit(limit, default=SESSION_PAGE_DEFAULT)
+    known: list[Session] = []
     if parent_session_id is None:
         rows = visible_sessions(user_id=user_id).filter(parent_session__isnull=True)
     else:
         parent = session_get(user_id=user_id, session_id=parent_session_id)
         rows = visible_sessions(user_id=user_id).filter(parent_session_id=parent.id)
-    return keyset_page(
+        known.append(parent)
+    page = keyset_page(
         rows,
         field="updated_at",
         cursor=cursor,
         limit=size,
         descending=True,
     )
+    with_lineage(page.items, known=known)
+    return page
 
 
 def visible_messages(*, user_id: int) -> QuerySet[Message]:

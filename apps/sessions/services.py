@@ -35,7 +35,7 @@ from .models import (
     SessionStatus,
     WorkMode,
 )
-from .selectors import as_uuid, messages_before, session_get, visible_messages
+from .selectors import as_uuid, messages_before, session_get, visible_messages, with_lineage
 from .serializers import message_to_dict, session_to_dict
 from .statemachine import apply_transition
 
@@ -70,6 +70,13 @@ class SessionFork:
     messages: list[Message]  # copies then the new user message, in global_offset order
     updates: list[dict[str, Any]]
 
+
+
+def _session_row(pk: uuid.UUID) -> Session:
+    """Session ``pk`` as Updates render it (its lineage attached only if it is a sub-agent)."""
+    session = Session.objects.get(pk=pk)
+    with_lineage([session])
+    return session
 
 def validate_content(content: Any, *, allowed: frozenset[str] | None = None) -> dict[str, Any]:
     """Check a message content ``{type, data}`` and return it; ``InvalidRequest`` otherwise.
@@ -138,7 +145,7 @@ def session_transition(
         values=values,
         only_from=only_from,
     )
-    return Session.objects.select_related("parent_session", "root_session").get(pk=pk)
+    return _session_row(pk)
 
 
 def _session_updated(session: Session) -> list[dict[str, Any]]:
@@ -220,7 +227,7 @@ def session_update(
         )
         if not changed:
             raise NotFound("session", pk)
-        session = Session.objects.select_related("parent_session", "root_session").get(pk=pk)
+        session = _session_row(pk)
         return SessionChange(session=session, updates=_session_updated(session))
 
 

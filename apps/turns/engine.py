@@ -344,7 +344,10 @@ def _finish_call(ports: TurnPorts, cp: Checkpoint, output: str, status: str) -> 
     ports.record_result(cp.step, call, output, status)
     cp.results.append({"role": "tool", "tool_call_id": call["id"], "content": output})
     cp.waiting_rtc = ""
-    ports.save(cp)
+    if len(cp.results) < len(cp.calls) or cp.deferred:
+        ports.save(cp)
+    # else the answer is complete: ``_advance`` moves the pair into the transcript and saves
+    # that right away (one save, not two); a crash in between repeats this idempotent step
 
 
 def _collect_deferred(ports: TurnPorts, cp: Checkpoint) -> bool:

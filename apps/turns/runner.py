@@ -99,6 +99,9 @@ class DjangoTurnPorts:
         self._tools: list[dict[str, Any]] | None = None
         self._step = 0
         self._last_call_msg: Message | None = None
+        self._unwritten_call: tuple[int, dict[str, Any]] | None = None  # see record_call
+        self._preloaded: dict[str, Any] | None = None
+        self._unbilled: Callable[[], None] | None = None  # see settle
         self.tid = str(turn.id)
         self.user_id = turn.user_id
         self._streams: dict[tuple[int, str], Message] = {}
@@ -111,9 +114,17 @@ class DjangoTurnPorts:
     # --- checkpoint, prompt, tools, stop -----------------------------------------------------
 
     def load(self) -> Checkpoint | None:
-        """From Redis, or from PostgreSQL when Redis lost it (``state.checkpoint_load``)."""
-        data = state.checkpoint_load(self.tid)
+        """From Redis, or from PostgreSQL when Redis lost it (``state.checkpoint_load``); the
+        worker's ``preload`` is used instead, once."""
+        data, self._preloaded = self._preloaded, None
+        if data is None:
+            data = state.checkpoint_load(self.tid)
         return Checkpoint.from_json(data) if data else None
+
+    def preload(self, data: dict[str, Any]) -> None:
+        """The checkpoint the worker just read (to see whether the turn has one): the next
+        ``load`` uses it rather than reading it again."""
+        self._preloaded = data
 
     def _check_hold(self) -> None:
         if self._lost():
@@ -133,6 +144,7 @@ class DjangoTurnPorts:
     def prompt(self, cp: Checkpoint, tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
         """The next request (``apps.turns.context``): the conversation from the database,
         this turn's answers included, laid out for the cache and compacted as needed."""
+        self.settle()
         self._step = cp.step
         return self.context.build(cp, tools).messages
 
@@ -165,33 +177,45 @@ class DjangoTurnPorts:
         parent, and its RTC (if the call became one) gets this message as ``output_message_id``
         in the same transaction and Update (``rtc`` updated), so a message that exists is
         linked."""
-        client_id = f"turn:{self.tid}:{key}"
         with transaction.atomic():
-            found = Message.objects.filter(user_id=self.user_id, client_id=client_id).first()
-            if found is not None:
-                return found
-            offset = session_allocate_offsets(session_id=self.session.id)
-            turn_offset = Message.objects.filter(turn_id=self.turn.id).count()
-            msg = Message.objects.create(
-                session_id=self.session.id,
-                user_id=self.user_id,
-                client_id=client_id,
-                global_offset=offset,
-                turn_id=self.turn.id,
-                turn_offset=turn_offset,
-                role=role,
-                content=content,
-                streaming_status=streaming,
-                parent_message=answers,
-            )
-            items, data_list = [item("message", "created", msg.id)], [message_to_dict(msg)]
-            if answers is not None:
-                rtc = self._link_output(answers, msg)
-                if rtc is not None:
-                    items.append(item("rtc", "updated", rtc.id))
-                    data_list.append(rtc_to_dict(rtc))
-            publish_update(user_id=self.user_id, items=items, data_list=data_list)
+            msg, items, data_list = self._new_message(
+                key, role, content, streaming=streaming, answers=answers)
+            if items:
+                publish_update(user_id=self.user_id, items=items, data_list=data_list)
             return msg
+
+    def _new_message(
+        self, key: str, role: str, content: dict[str, Any], *, streaming: str = "completed",
+        answers: Message | None = None,
+    ) -> tuple[Message, list[dict[str, Any]], list[dict[str, Any]]]:
+        """``_message`` inside the caller's transaction, unpublished: the message and the
+        Update items it makes (none when it already existed), for the caller to publish with
+        its own."""
+        client_id = f"turn:{self.tid}:{key}"
+        found = Message.objects.filter(user_id=self.user_id, client_id=client_id).first()
+        if found is not None:
+            return found, [], []
+        offset = session_allocate_offsets(session_id=self.session.id)
+        turn_offset = Message.objects.filter(turn_id=self.turn.id).count()
+        msg = Message.objects.create(
+            session_id=self.session.id,
+            user_id=self.user_id,
+            client_id=client_id,
+            global_offset=offset,
+            turn_id=self.turn.id,
+            turn_offset=turn_offset,
+            role=role,
+            content=content,
+            streaming_status=streaming,
+            parent_message=answers,
+        )
+        items, data_list = [item("message", "created", msg.id)], [message_to_dict(msg)]
+        if answers is not None:
+            rtc = self._link_output(answers, msg)
+            if rtc is not None:
+                items.append(item("rtc", "updated", rtc.id))
+                data_list.append(rtc_to_dict(rtc))
+        return msg, items, data_list
 
     def _link_output(self, call_msg: Message, msg: Message) -> Rtc | None:
         """The RTC made for ``call_msg``, now pointing at its output ``msg``."""
@@ -242,13 +266,17 @@ class DjangoTurnPorts:
         # A stopped answer keeps its partial text; it is marked failed (never "completed").
         status = "failed" if cancelled else "completed"
         answer: Message | None = None
+        # Streamed by this process: kept; else maybe by a process that died mid-answer (its
+        # messages must not stay "streaming"): both kinds looked up in one query.
+        unseen = [f"turn:{self.tid}:{step}:{kind}" for kind in ("thinking", "markdown")
+                  if (step, kind) not in self._streams]
+        earlier = {m.client_id: m for m in Message.objects.filter(
+            user_id=self.user_id, client_id__in=unseen)} if unseen else {}
         for kind, body in (("thinking", reasoning), ("markdown", text)):
             self._texts.pop((step, kind), None)
             msg = self._streams.pop((step, kind), None)
             if msg is None:
-                msg = Message.objects.filter(
-                    user_id=self.user_id, client_id=f"turn:{self.tid}:{step}:{kind}"
-                ).first()
+                msg = earlier.get(f"turn:{self.tid}:{step}:{kind}")
             if msg is None and body:
                 msg = self._message(
                     f"{step}:{kind}", MessageRole.ASSISTANT, {"type": kind, "data": body}
@@ -271,13 +299,32 @@ class DjangoTurnPorts:
                 answer = msg
             self._update_message(msg, **fields)
         built: Built | None = self.context.last
-        accounting.record_answer(
-            turn_id=self.turn.id, session_id=self.session.id,
-            message_id=answer.id if answer is not None else None, step=step,
-            model=self.profile.name, usage=usage,
-            prompt_estimate=built.tokens if built is not None else 0,
-            shared_prefix_ratio=built.shared_prefix_ratio if built is not None else None,
-        )
+        bill = {
+            "turn_id": self.turn.id, "session_id": self.session.id,
+            "message_id": answer.id if answer is not None else None, "step": step,
+            "model": self.profile.name, "usage": usage,
+            "prompt_estimate": built.tokens if built is not None else 0,
+            "shared_prefix_ratio": built.shared_prefix_ratio if built is not None else None,
+        }
+        self._unbilled = lambda: accounting.record_answer(**bill)
+
+    def settle(self, *, quiet: bool = False) -> None:
+        """Account for the last answer (``accounting.record_answer``) if not done yet.
+
+        ``finish_answer`` leaves it for the next step so that a tool pause is not kept waiting
+        for the bookkeeping: a browser tool's RTC reaches the browser first and the answer is
+        accounted right after its commit; every other next step (a server tool, a result, the
+        next prompt, the turn's end or pause) settles it first, and the worker settles it
+        after ``advance`` whatever happened (``quiet``: a failure is logged, not raised)."""
+        bill, self._unbilled = self._unbilled, None
+        if bill is None:
+            return
+        try:
+            bill()
+        except Exception:
+            if not quiet:
+                raise
+            log.exception("accounting for an answer of turn %s failed", self.tid)
 
     def _summary_usage(self, usage: Usage) -> None:
         """A compaction's summary call inside this turn: billed, the context fields left alone
@@ -295,6 +342,8 @@ class DjangoTurnPorts:
 
     def run_server_tool(self, name: str, arguments: dict[str, Any]) -> str | server_tools.Deferred:
         """Run it in this worker (``apps.turns.server_tools``), for the call just recorded."""
+        self.settle()
+        self._write_call()
         call_msg = self._last_call_msg
         ctx = server_tools.ToolContext(
             user_id=self.user_id, session_id=str(self.session.id), turn_id=self.tid,
@@ -310,22 +359,54 @@ class DjangoTurnPorts:
         return RtcOutcome(finished, text, status or "done")
 
     def record_call(self, step: int, call: dict[str, Any]) -> None:
-        """The ``toolcall_input`` message: api.yaml's ``ToolCall`` as the model issued it."""
+        """The ``toolcall_input`` message: api.yaml's ``ToolCall`` as the model issued it.
+
+        Written when first needed: a browser tool's call in the transaction (and the Update)
+        that creates its RTC, so the browser learns both at once; anything else (a server
+        tool, a result, a pause) writes it first. A crash before then loses nothing: the
+        checkpoint still names the call, and the repeated step records it again."""
+        self._unwritten_call = (step, call)
+        self._last_call_msg = None
+
+    def _call_msg_key(self, step: int, call: dict[str, Any]) -> str:
+        return f"{step}:call:{_call_key(call['id'])}"
+
+    def _new_call_message(self, step: int, call: dict[str, Any]
+                          ) -> tuple[Message | None, list[dict[str, Any]], list[dict[str, Any]]]:
+        """Inside the caller's transaction: the recorded call's message, created now if it was
+        not written yet (with its Update items), else as ``_call_message`` finds it."""
+        pending = self._unwritten_call
+        if pending is None or pending[0] != step or pending[1]["id"] != call["id"]:
+            return self._call_message(step, call), [], []
         data = ToolCallInput.make(id=call["id"], tool_name=call["name"], input=call["arguments"])
-        self._call_msgs[(step, call["id"])] = self._last_call_msg = self._message(
-            f"{step}:call:{_call_key(call['id'])}",
-            MessageRole.ASSISTANT,
+        msg, items, data_list = self._new_message(
+            self._call_msg_key(step, call), MessageRole.ASSISTANT,
             {"type": ContentType.TOOLCALL_INPUT, "data": data},
         )
+        self._unwritten_call = None
+        self._call_msgs[(step, call["id"])] = self._last_call_msg = msg
+        return msg, items, data_list
+
+    def _write_call(self) -> None:
+        """Write the recorded call's message now, in a transaction of its own."""
+        if self._unwritten_call is None:
+            return
+        step, call = self._unwritten_call
+        with transaction.atomic():
+            _, items, data_list = self._new_call_message(step, call)
+            if items:
+                publish_update(user_id=self.user_id, items=items, data_list=data_list)
 
     def _call_message(self, step: int, call: dict[str, Any]) -> Message | None:
         """The call's ``toolcall_input`` message: kept from ``record_call``, or read back when
         this process resumed the turn after another recorded the call."""
+        pending = self._unwritten_call
+        if pending is not None and pending[0] == step and pending[1]["id"] == call["id"]:
+            self._write_call()
         key = (step, call["id"])
         if key not in self._call_msgs:
             self._call_msgs[key] = Message.objects.filter(
-                user_id=self.user_id,
-                client_id=f"turn:{self.tid}:{step}:call:{_call_key(call['id'])}",
+                user_id=self.user_id, client_id=f"turn:{self.tid}:{self._call_msg_key(step, call)}",
             ).first()
         return self._call_msgs[key]
 
@@ -333,6 +414,7 @@ class DjangoTurnPorts:
         """The ``toolcall_output`` message: the same ``ToolCall`` with ``output`` (what the model
         sees) and ``status``; its parent is the ``toolcall_input`` message, and the call's RTC
         (if it had one) gets it as ``output_message_id``."""
+        self.settle()
         ck = _call_key(call["id"])
         call_msg = self._call_message(step, call)
         data = ToolCallOutput.make(
@@ -348,40 +430,41 @@ class DjangoTurnPorts:
 
     def create_rtc(self, step: int, call: dict[str, Any], arguments: dict[str, Any]) -> str:
         """The call's RTC id; "" when another session of its sub-agent tree has an RTC open
-        on the device (``apps.rtc.gate``): the turn waits and asks again when that one ends."""
+        on the device (``apps.rtc.gate``): the turn waits and asks again when that one ends.
+
+        One transaction and one Update for the call's message (if not written yet) and its
+        RTC: the pause costs one commit and one publication."""
         self._check_hold()
         with transaction.atomic():
             # One RTC per call message (this step's call): ids like "call_0" recur across the
             # answers of one turn, so the id alone would find an earlier call's RTC.
-            input_msg = self._call_message(step, call)
+            input_msg, items, data_list = self._new_call_message(step, call)
             rtc = Rtc.objects.filter(turn_id=self.turn.id, message=input_msg,
                                      tool_call_id=call["id"]).first()
-            if rtc is not None:
-                return str(rtc.id)
-            session = Session.objects.get(pk=self.session.id)
-            if not gate.admit(session, self.turn.id):
-                return ""
-            rtc = Rtc.objects.create(
-                session_id=session.id,
-                turn_id=self.turn.id,
-                user_id=self.user_id,
-                tool_call_id=call["id"],
-                tool_name=call["name"],
-                parameters=arguments,
-                offset=Rtc.objects.filter(turn_id=self.turn.id).count(),
-                message=input_msg,
-                status=RtcStatus.PENDING,
-                needs_approval=rtc_tools.needs_approval(
-                    call["name"], session.work_mode, klass=self._host_class(call["name"])
-                ),
-                deadline=timezone.now() + rtc_tools.deadline_for(call["name"]),
-            )
-            publish_update(
-                user_id=self.user_id,
-                items=[item("rtc", "created", rtc.id)],
-                data_list=[rtc_to_dict(rtc)],
-            )
-            return str(rtc.id)
+            if rtc is None:
+                session = Session.objects.get(pk=self.session.id)
+                if gate.admit(session, self.turn.id):
+                    rtc = Rtc.objects.create(
+                        session_id=session.id,
+                        turn_id=self.turn.id,
+                        user_id=self.user_id,
+                        tool_call_id=call["id"],
+                        tool_name=call["name"],
+                        parameters=arguments,
+                        offset=Rtc.objects.filter(turn_id=self.turn.id).count(),
+                        message=input_msg,
+                        status=RtcStatus.PENDING,
+                        needs_approval=rtc_tools.needs_approval(
+                            call["name"], session.work_mode, klass=self._host_class(call["name"])
+                        ),
+                        deadline=timezone.now() + rtc_tools.deadline_for(call["name"]),
+                    )
+                    items.append(item("rtc", "created", rtc.id))
+                    data_list.append(rtc_to_dict(rtc))
+            if items:
+                publish_update(user_id=self.user_id, items=items, data_list=data_list)
+        self.settle()  # after the commit: the browser has the RTC, the answer is accounted
+        return "" if rtc is None else str(rtc.id)
 
     def _host_class(self, name: str) -> str | None:
         return next((f["class"] for f in self.session.host_functions if f["name"] == name), None)
@@ -414,10 +497,13 @@ class DjangoTurnPorts:
         return self._turn_to(TurnStatus.RUNNING)
 
     def wait(self) -> None:
+        self.settle()
+        self._write_call()
         if self.turn.status == TurnStatus.RUNNING:
             self._turn_to(TurnStatus.INTERRUPTED)
 
     def complete(self, cp: Checkpoint) -> None:
+        self.settle()  # the turn's Update carries its totals
         done = self._turn_to(TurnStatus.COMPLETED)
         state.checkpoint_delete(self.tid)
         if done:  # after commit: an active goal counts a round and queues its next message
@@ -427,12 +513,15 @@ class DjangoTurnPorts:
             _subagent_turn_end(self.turn)
 
     def cancel(self, cp: Checkpoint) -> None:
+        self.settle(quiet=True)
+        self._write_call()
         close_open_rtcs(self.turn, reason="the turn was stopped")
         if self._turn_to(TurnStatus.CANCELLED):
             _subagent_turn_end(self.turn)
         state.checkpoint_delete(self.tid)
 
     def fail(self, error: LLMError) -> None:
+        self.settle(quiet=True)
         for key, msg in list(self._streams.items()):  # an answer cut by the error keeps its text
             self._update_message(
                 msg,
@@ -456,12 +545,18 @@ def _subagent_turn_end(turn: Turn) -> None:
 
 
 def publish_turn(turn: Turn) -> None:
-    """Inside a transaction: align the session's status with the turn and publish both."""
+    """Inside a transaction: align the session's status with the turn and publish both; the
+    turn alone when the session did not change (running <-> interrupted: it stays active, so
+    each tool pause and resume needs neither the session's row lock nor its snapshot)."""
     busy = turn.status in (TurnStatus.PENDING, TurnStatus.RUNNING, TurnStatus.INTERRUPTED)
     status = SessionStatus.ACTIVE if busy else SessionStatus.IDLE
-    Session.objects.filter(pk=turn.session_id).exclude(
+    changed = Session.objects.filter(pk=turn.session_id).exclude(
         status__in=[SessionStatus.CLOSED, status]
     ).update(status=status, updated_at=timezone.now())
+    if not changed:
+        publish_update(user_id=turn.user_id, items=[item("turn", "updated", turn.id)],
+                       data_list=[turn_to_dict(turn)])
+        return
     # Locked until commit: a concurrent session.update waits, so its (newer) snapshot gets the
     # later offset and clients never end on an older session state.
     session = Session.objects.select_for_update().get(pk=turn.session_id)

@@ -1,9 +1,18 @@
 """The worker: claims sessions from the queue and runs their turns (``manage.py rtc_worker``).
 
-A worker holds one session at a time and drains it (resume items before messages), renewing its
-lease from a background thread while a turn streams; after ``max_items`` it yields the session
-so others get their turn. Once a second it sweeps: requeues the work of dead workers, fills topic
-gaps, times out RTCs past their deadline, and re-enqueues turns that nobody is running.
+A worker process runs up to ``WORKER_TURNS`` sessions at once (``RTC_WORKER_TURNS``, default
+4), one per *turn thread*: each thread claims a session, drains it (resume items before
+messages) while a background thread renews that session's lease, and after ``max_items``
+yields the session so others get their turn. A session is only ever held by one thread of one
+process (the queue's lock), so several turns per process change nothing a turn sees; turns
+spend most of their time waiting on the model, so threads are enough. Each thread has its own
+database connection (closed when it ends) and shares the process's model client and Redis pool.
+
+The main thread sweeps once a second: requeues the work of dead workers, fills topic gaps,
+times out RTCs past their deadline, and re-enqueues turns that nobody is running. While no turn
+thread holds a session it runs queued memory extractions, given back the moment one has work.
+On SIGTERM every turn thread finishes its current item (a turn ends or pauses at its next tool
+call), hands its session back and ends.
 """
 
 from __future__ import annotations
@@ -54,20 +63,38 @@ class Worker:
         llm_factory: Callable[[], ChatModel] = OpenAIChat.from_settings,
         lease_ms: int | None = None,
         max_items: int = 20,
+        turns: int | None = None,
     ) -> None:
         self.llm_factory = llm_factory
         self.lease_ms = lease_ms or int(rtc_setting("WORKER_LEASE_MS"))
         self.max_items = max_items
+        self.turns = max(1, int(turns or rtc_setting("WORKER_TURNS")))
         self.stopping = threading.Event()
-        self._hold: queue.Hold | None = None
+        self._local = threading.local()  # the hold of the calling turn thread
+        self._lock = threading.Lock()
         self._pruned_at = 0.0
         self.items_done = 0  # for the heartbeat (the system page)
-        self.current_session: str | None = None
+        self.holding: dict[int, str] = {}  # turn thread -> the session it holds
+
+    @property
+    def _hold(self) -> queue.Hold | None:
+        """The hold of the session the calling thread is draining (None outside ``drain``)."""
+        return getattr(self._local, "hold", None)
+
+    @_hold.setter
+    def _hold(self, hold: queue.Hold | None) -> None:
+        self._local.hold = hold
+
+    @property
+    def current_session(self) -> str | None:
+        """One session this worker holds (the first claimed), or None when idle."""
+        with self._lock:
+            return next(iter(self.holding.values()), None)
 
     # --- main loop --------------------------------------------------------------------------
 
     def run(self) -> None:
-        log.info("worker started (lease %d ms)", self.lease_ms)
+        log.info("worker started (lease %d ms, %d turns at once)", self.lease_ms, self.turns)
         # A thread, not this loop: a long turn would silence it. Its failures stay in it.
         heartbeat = processes.Reporter("worker", self.heartbeat)
         heartbeat.start()
@@ -85,6 +112,10 @@ class Worker:
                 log.exception("start-up recovery failed; retrying in a second")
                 close_old_connections()
                 time.sleep(1)
+        slots = [threading.Thread(target=self.turn_thread, name=f"turns-{n}", daemon=True)
+                 for n in range(self.turns)]
+        for slot in slots:
+            slot.start()
         last_sweep = 0.0
         while not self.stopping.is_set():
             close_old_connections()
@@ -92,20 +123,41 @@ class Worker:
                 self.sweep()
                 last_sweep = time.monotonic()
             try:
-                hold = queue.claim(lease_ms=self.lease_ms)
-                if hold is None:
-                    # Between sessions: one queued memory extraction (given back the moment a
-                    # session has work), else wait for work.
-                    if not self.extract_memory():
-                        queue.wait_for_bell(1)
+                # Between sessions (no turn thread holds one): one queued memory extraction,
+                # given back the moment a session has work.
+                if self.idle_threads() == self.turns and self.extract_memory():
                     continue
-                self.drain(hold)
-            except Exception:  # Redis or the database away: the lease and the sweep recover
-                log.exception("worker loop error; retrying in a second")
-                time.sleep(1)
+            except Exception:  # Redis or the database away: the next round tries again
+                log.exception("memory extraction failed; retrying in a second")
+            self.stopping.wait(max(0.0, 1.0 - (time.monotonic() - last_sweep)))
+        for slot in slots:  # each finishes its item and hands its session back
+            slot.join()
         heartbeat.stop()
         scheduler.join(timeout=5)
+        connection.close()
         log.info("worker stopped")
+
+    def turn_thread(self) -> None:
+        """One turn at a time: claim a session, drain it, again, until the worker stops."""
+        try:
+            while not self.stopping.is_set():
+                close_old_connections()
+                try:
+                    hold = queue.claim(lease_ms=self.lease_ms)
+                    if hold is None:
+                        queue.wait_for_bell(1)
+                        continue
+                    self.drain(hold)
+                except Exception:  # Redis or the database away: the lease and the sweep recover
+                    log.exception("worker loop error; retrying in a second")
+                    self.stopping.wait(1)
+        finally:
+            connection.close()  # this thread's own connection
+
+    def idle_threads(self) -> int:
+        """How many turn threads hold no session."""
+        with self._lock:
+            return self.turns - len(self.holding)
 
     def extract_memory(self) -> bool:
         """Run one queued session-memory extraction (``apps.memory.extraction``); False when
@@ -113,11 +165,18 @@ class Worker:
         from apps.memory import extraction
 
         waiting = extraction.SessionsWaiting()
-        return extraction.run_next(self.llm_factory,
-                                   should_yield=lambda: self.stopping.is_set() or waiting())
+        return extraction.run_next(
+            self.llm_factory,
+            should_yield=lambda: (self.stopping.is_set() or self.idle_threads() < self.turns
+                                  or waiting()),
+        )
 
     def heartbeat(self) -> dict[str, Any]:
-        return {"session": self.current_session, "items_done": self.items_done}
+        with self._lock:
+            sessions = list(self.holding.values())
+            done = self.items_done
+        return {"session": sessions[0] if sessions else None, "sessions": sessions,
+                "turns": self.turns, "items_done": done}
 
     def drain(self, hold: queue.Hold) -> None:
         done = threading.Event()
@@ -133,7 +192,9 @@ class Worker:
 
         renewer = threading.Thread(target=renew, daemon=True)
         renewer.start()
-        self.current_session = hold.session_id
+        me = threading.get_ident()
+        with self._lock:
+            self.holding[me] = hold.session_id
         try:
             for _ in range(self.max_items):
                 work = hold.take()
@@ -161,12 +222,14 @@ class Worker:
                 finally:
                     self._hold = None
                 hold.ack()
-                self.items_done += 1
+                with self._lock:
+                    self.items_done += 1
                 if self.stopping.is_set():
                     break
             hold.yield_session()
         finally:
-            self.current_session = None
+            with self._lock:
+                self.holding.pop(me, None)
             done.set()
             renewer.join()
 
@@ -230,7 +293,10 @@ class Worker:
         with the turn still ``running``: the sweeper resumes it from PostgreSQL."""
         hold = self._hold
         ports = DjangoTurnPorts(turn, self.llm_factory(), lost=lambda: bool(hold and hold.lost))
-        if state.checkpoint_load(str(turn.id)) is None:
+        saved = state.checkpoint_load(str(turn.id))
+        if saved is not None:
+            ports.preload(saved)  # engine.advance loads it: not read twice
+        else:
             if turn.status == TurnStatus.PENDING:  # never started: it begins from nothing
                 state.checkpoint_save(str(turn.id), engine.Checkpoint().to_json())
             else:
@@ -247,7 +313,10 @@ class Worker:
         if not ports.begin():  # stopped (or finished) meanwhile
             queue.unpark(str(turn.session_id))
             return
-        outcome = engine.advance(ports)
+        try:
+            outcome = engine.advance(ports)
+        finally:
+            ports.settle(quiet=True)  # an answer left unaccounted by an exception
         # Finished or paused: maybe queue a memory extraction (it runs later, between sessions).
         _isolated("memory extraction trigger", turn.session_id, _maybe_extract, turn.session_id)
         if outcome != engine.WAITING:

@@ -28,8 +28,9 @@ def make_workers(llm: ScriptedLLM, tmp_path: Any) -> Iterator[Any]:
     """Workers of this test only, with extra environment (killed at the end)."""
     made: list[Workers] = []
 
-    def make(count: int = 1, **env: str) -> Workers:
-        workers = Workers(tmp_path / f"w{len(made)}", env.pop("base_url", llm.base_url), env)
+    def make(count: int = 1, *, turns: int | None = None, **env: str) -> Workers:
+        workers = Workers(tmp_path / f"w{len(made)}", env.pop("base_url", llm.base_url), env,
+                          turns=turns)
         workers.log_dir.mkdir()
         workers.start(count)
         made.append(workers)

@@ -38,6 +38,7 @@ class Workers:
     base_url: str
     extra: dict[str, str] = field(default_factory=dict)
     procs: list[subprocess.Popen[Any]] = field(default_factory=list)
+    turns: int | None = None  # turns each process runs at once (None: the default, 4)
 
     def start(self, count: int = 1) -> None:
         for _ in range(count):
@@ -46,7 +47,8 @@ class Workers:
             env = child_env(**{**WORKER_ENV, "OPENAI_BASE_URL": self.base_url, **self.extra})
             self.procs.append(
                 subprocess.Popen(
-                    [sys.executable, "manage.py", "rtc_worker"], cwd=ROOT, env=env,
+                    [sys.executable, "manage.py", "rtc_worker",
+                     *(["--turns", str(self.turns)] if self.turns else [])], cwd=ROOT, env=env,
                     stdout=log, stderr=subprocess.STDOUT,
                 )
             )

@@ -21,10 +21,18 @@ log = logging.getLogger("apps.turns.worker")
 class Command(BaseCommand):
     help = "Run agent turns from the session queue (Procfile: worker)."
 
+    def add_arguments(self, parser: Any) -> None:
+        parser.add_argument(
+            "--turns", type=int, default=None,
+            help="turns this process runs at once (default: RTC_WORKER_TURNS, 4)",
+        )
+
     def handle(self, *args: Any, **options: Any) -> None:
         from apps.turns.worker import Worker
 
-        worker = Worker()
+        if options["turns"] is not None and options["turns"] < 1:
+            raise CommandError("--turns must be at least 1")
+        worker = Worker(turns=options["turns"])
 
         def stop(*_: object) -> None:
             worker.stopping.set()
