@@ -95,7 +95,9 @@ def test_task_panel_context_bar_and_memories_page_in_chinese(
     ipage.fill("rtc-composer textarea", "/goal the trip is planned")
     ipage.keyboard.press("Enter")
 
-    # the task panel: the goal, then the todo list the agent wrote
+    # the command's answer, then the task panel: the goal, then the todo list the agent wrote
+    expect(ipage.locator("rtc-composer [part=command-notice]")).to_contain_text(
+        "目标已设定（最多 50 轮）", timeout=10000)
     goal = ipage.locator("rtc-task-panel [part=goal]")
     expect(goal.locator(".cond")).to_have_text("the trip is planned", timeout=10000)
     expect(goal).to_have_attribute("aria-label", "目标")

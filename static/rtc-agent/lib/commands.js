@@ -8,11 +8,13 @@
 //   /loop <interval> [x<runs>] <prompt>   send <prompt> every <interval> (v1.loop.create)
 //   /loop                      list the session's loops; /loop stop: stop them all
 //   /compact [instruction]     compact the conversation now (v1.session.compact)
+import { t as tr } from './i18n.js';
 
+// `help` is read in the page's language when shown (a getter: the language may change).
 export const COMMANDS = [
-  { name: 'goal', usage: '/goal <condition>', help: 'keep working until the condition holds (/goal clear cancels it)' },
-  { name: 'loop', usage: '/loop <interval> [x<runs>] <prompt>', help: 'send the prompt every interval, e.g. /loop 10m x6 check the deploy (/loop stop stops them)' },
-  { name: 'compact', usage: '/compact [instruction]', help: 'summarise the conversation now to free context' },
+  { name: 'goal', usage: '/goal <condition>', get help() { return tr('cmd.help.goal'); } },
+  { name: 'loop', usage: '/loop <interval> [x<runs>] <prompt>', get help() { return tr('cmd.help.loop'); } },
+  { name: 'compact', usage: '/compact [instruction]', get help() { return tr('cmd.help.compact'); } },
 ];
 
 const WORD = /^\/([A-Za-z][\w-]*)(?=\s|$)/;
@@ -51,7 +53,7 @@ export function parseInterval(word) {
 // The arguments of `/loop` -> {interval_seconds, max_runs?, prompt} or {error}.
 export function parseLoopArgs(args) {
   const words = String(args || '').trim().split(/\s+/).filter(Boolean);
-  const usage = 'Usage: /loop <interval> [x<runs>] <prompt>, for instance /loop 10m x6 check the deploy';
+  const usage = tr('cmd.loopUsage');
   if (!words.length) return { error: usage };
   // "every 5m" reads naturally too
   if (words[0].toLowerCase() === 'every') words.shift();
@@ -61,16 +63,16 @@ export function parseLoopArgs(args) {
   }
   const interval = parseInterval(words[0]);
   if (!interval) {
-    return { error: `"${words[0]}" is not an interval: give a number with a unit (30s, 5m, 2h, 1d). ${usage}` };
+    return { error: tr('cmd.notInterval', { word: words[0], usage }) };
   }
   const out = { interval_seconds: interval };
   const runs = /^[x×](\d+)$/i.exec(words[1] || '');
   if (runs) {
     out.max_runs = Number(runs[1]);
-    if (!out.max_runs) return { error: 'The number of runs must be at least 1.' };
+    if (!out.max_runs) return { error: tr('cmd.runsAtLeastOne') };
   }
   const prompt = words.slice(runs ? 2 : 1).join(' ');
-  if (!prompt) return { error: `What should be sent every ${formatInterval(interval)}? ${usage}` };
+  if (!prompt) return { error: tr('cmd.loopWhat', { interval: formatInterval(interval), usage }) };
   return { ...out, prompt };
 }
 

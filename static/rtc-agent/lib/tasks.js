@@ -10,6 +10,7 @@
 // Commands typed in the composer (lib/commands.js) are run here; their answer is the store's
 // `commandNotice`.
 import { formatInterval, parseCommand, parseLoopArgs, COMMANDS } from './commands.js';
+import { t as tr } from './i18n.js';
 
 const TREE_DEPTH = 4; // sub-agents of sub-agents ... listed this deep when a session loads
 const TREE_SESSIONS = 200; // and at most this many sessions in one tree
@@ -156,7 +157,7 @@ export class Tasks {
     const cmd = parseCommand(text);
     if (!cmd) return false;
     if (!cmd.known) {
-      this.notice(`Unknown command /${cmd.name}. The commands are ${COMMANDS.map((c) => `/${c.name}`).join(', ')}.`, 'error');
+      this.notice(tr('cmd.unknown', { name: cmd.name, list: COMMANDS.map((c) => `/${c.name}`).join(', ') }), 'error');
       return false;
     }
     try {
@@ -177,20 +178,20 @@ export class Tasks {
     const word = args.toLowerCase();
     if (!args) {
       const goal = session && this.store.sessionGoal(session.id);
-      this.notice(goal ? `Goal (${goal.status}, ${goal.rounds} of ${goal.max_rounds} rounds): ${goal.condition}`
-        : 'No goal in this conversation. Set one with /goal <condition>.');
+      this.notice(goal ? tr('cmd.goalShow', { status: goal.status, rounds: goal.rounds, max: goal.max_rounds, condition: goal.condition })
+        : tr('cmd.noGoal'));
       return true;
     }
     if (word === 'clear' || word === 'cancel') {
       const goal = session && this.store.sessionGoal(session.id);
-      if (!goal || goal.status !== 'active') { this.notice('There is no active goal to cancel.', 'error'); return false; }
+      if (!goal || goal.status !== 'active') { this.notice(tr('cmd.noActiveGoal'), 'error'); return false; }
       await this.cancelGoal(session.id);
-      this.notice('Goal cancelled.');
+      this.notice(tr('cmd.goalCancelled'));
       return true;
     }
     const goal = await this.setGoal(await this.target(), args).catch((err) => this.refusedNew(err, 'goal'));
     await this.follow(goal);
-    this.notice(`Goal set${goal ? ` (at most ${goal.max_rounds} rounds)` : ''}: the agent works on it until it is met.`);
+    this.notice(goal ? tr('cmd.goalSetMax', { max: goal.max_rounds }) : tr('cmd.goalSet'));
     return true;
   }
 
@@ -199,15 +200,15 @@ export class Tasks {
     const word = args.toLowerCase();
     if (!args || word === 'list') {
       const loops = session ? this.store.sessionLoops(session.id).filter((l) => l.status === 'active') : [];
-      this.notice(loops.length ? `Loops: ${loops.map((l) => `every ${formatInterval(l.interval_seconds)}: ${l.prompt}`).join('; ')}`
-        : 'No loop in this conversation. Start one with /loop <interval> [x<runs>] <prompt>, e.g. /loop 10m check the deploy.');
+      this.notice(loops.length ? tr('cmd.loops', { list: loops.map((l) => tr('cmd.loopItem', { interval: formatInterval(l.interval_seconds), prompt: l.prompt })).join('; ') })
+        : tr('cmd.noLoop'));
       return true;
     }
     if (word === 'stop') {
       const loops = session ? this.store.sessionLoops(session.id).filter((l) => l.status === 'active') : [];
-      if (!loops.length) { this.notice('There is no active loop to stop.', 'error'); return false; }
+      if (!loops.length) { this.notice(tr('cmd.noActiveLoop'), 'error'); return false; }
       for (const loop of loops) await this.applyReply(await this.rpc('v1.loop.stop', { loop_id: loop.id }), 'loop', 'loops');
-      this.notice(`Stopped ${loops.length} loop${loops.length === 1 ? '' : 's'}.`);
+      this.notice(loops.length === 1 ? tr('cmd.stoppedOne') : tr('cmd.stoppedMany', { n: loops.length }));
       return true;
     }
     const parsed = parseLoopArgs(args);
@@ -215,15 +216,15 @@ export class Tasks {
     const loop = await this.createLoop(await this.target(), parsed).catch((err) => this.refusedNew(err, 'loop'));
     await this.follow(loop);
     const runs = loop ? loop.max_runs : parsed.max_runs;
-    this.notice(`Loop started: "${parsed.prompt}" every ${formatInterval(parsed.interval_seconds)}${runs ? `, ${runs} times at most` : ''}.`);
+    this.notice(tr(runs ? 'cmd.loopStartedMax' : 'cmd.loopStarted', { prompt: parsed.prompt, interval: formatInterval(parsed.interval_seconds), runs }));
     return true;
   }
 
   async cmd_compact(args) {
     const session = this.current();
-    if (!session) { this.notice('There is nothing to compact yet.', 'error'); return false; }
+    if (!session) { this.notice(tr('cmd.nothingToCompact'), 'error'); return false; }
     await this.rpc('v1.session.compact', { session_id: session.id, ...(args ? { custom_instruction: args } : {}) });
-    this.notice('Compacting the conversation: the summary appears when it is ready.');
+    this.notice(tr('cmd.compacting'));
     return true;
   }
 }

@@ -52,13 +52,13 @@ class Composer extends View {
 
   constructor() {
     super();
-    this.root.innerHTML = `<div class="drop" part="drop-zone" aria-hidden="true" hidden>Drop files to attach them</div>
-      <div class="notice" role="alert" hidden><span></span><button type="button" data-act="dismiss" aria-label="Dismiss the message">×</button></div>
+    this.root.innerHTML = `<div class="drop" part="drop-zone" aria-hidden="true" hidden data-i18n="composer.drop">Drop files to attach them</div>
+      <div class="notice" role="alert" hidden><span></span><button type="button" data-act="dismiss" aria-label="Dismiss the message" data-i18n-aria-label="composer.dismiss">×</button></div>
       <div class="failed" hidden></div>
-      <div class="cmd" part="command-notice" role="status" hidden><span></span><button type="button" data-act="cmd-dismiss" aria-label="Dismiss">×</button></div>
+      <div class="cmd" part="command-notice" role="status" hidden><span></span><button type="button" data-act="cmd-dismiss" aria-label="Dismiss" data-i18n-aria-label="composer.dismissShort">×</button></div>
       <div class="hint" part="command-hint" hidden></div>
-      <div class="readonly" part="read-only" hidden>A sub-agent's conversation: it is read-only. Its parent's conversation talks to it.</div>
-      <ul class="chips" part="attachments" aria-label="Attachments" hidden></ul>
+      <div class="readonly" part="read-only" hidden data-i18n="composer.readOnly">A sub-agent's conversation: it is read-only. Its parent's conversation talks to it.</div>
+      <ul class="chips" part="attachments" aria-label="Attachments" data-i18n-aria-label="composer.attachments" hidden></ul>
       <div class="row inputrow"><button type="button" class="clip" data-act="attach" aria-label="Attach files" title="Attach files (images and text files)" data-i18n-aria-label="composer.attach">${paperclip}</button>
       <input type="file" multiple hidden accept="${ACCEPT}">
       <textarea class="grow" part="input" placeholder="Message the agent…" aria-label="Message" data-i18n-placeholder="composer.placeholder" data-i18n-aria-label="composer.message"></textarea>
