@@ -121,7 +121,12 @@ async def test_three_sync_sub_agents_run_in_parallel_and_their_answers_reach_the
     assert all(t.status == "completed" for t in child_turns)
     durations = [(t.completed_at - t.started_at).total_seconds() for t in child_turns]
     total = (parent_turn.completed_at - parent_turn.created_at).total_seconds()
-    assert total < 0.7 * sum(durations), (total, durations)
+    span = (max(t.completed_at for t in child_turns)
+            - min(t.started_at for t in child_turns)).total_seconds()
+    # The children together took about the slowest one's time; the parent (its own two model
+    # calls and the wake-ups on top) less than the children one after the other would have.
+    assert span < 0.7 * sum(durations), (span, durations)
+    assert total < sum(durations), (total, durations)
     assert max(t.started_at for t in child_turns) < min(t.completed_at for t in child_turns)
     rows = await _db(_sub_rows, parent_session_id=sid)
     assert [(r.status, r.mode, r.depth) for r in rows] == [("completed", "sync", 1)] * 3
@@ -319,7 +324,8 @@ async def test_childrens_browser_tools_reach_the_same_browser_one_at_a_time(
     user = await sync_to_async(make_user)()
     async with Browser(gateway, user) as tab:
         sid = (await tab.send("read both files"))["result"]["session_id"]
-        root = next(s for s in tab.all("session") if s["id"] == sid)
+        root = await tab.until(lambda: next((s for s in tab.all("session") if s["id"] == sid),
+                                            None))
         seen: list[str] = []
         for _ in range(2):
             rtc = await tab.until(lambda: next((r for r in tab.all("rtc")
