@@ -147,10 +147,11 @@ def test_too_many_requests_slow_down(web, person, make_user) -> None:
                 break
         return codes, int(time.time() // 60)
 
+    carried = 0  # requests already counted in the current window when a round starts
     for _ in range(3):  # a slow machine may cross into the next window before the put
         codes, minute = exhaust()
         assert codes[-1] in ("SlowDown", "503")
-        assert codes.count("ok") >= RATE
+        assert codes.count("ok") >= RATE - carried
         try:
             s3.put_object(Bucket=BUCKET, Key=prefix + "x", Body=b"x")
         except ClientError as exc:
@@ -158,6 +159,7 @@ def test_too_many_requests_slow_down(web, person, make_user) -> None:
             break
         assert int(time.time() // 60) != minute, "a request over the rate was served"
         s3.delete_object(Bucket=BUCKET, Key=prefix + "x")
+        carried = 2  # the put and the delete, in the new window
     else:
         raise AssertionError("three windows in a row changed under the test")
     assert stored(prefix) == {}
