@@ -97,3 +97,9 @@ def memory_job_lock(session_id: object) -> str:
     """The lease of a session's running extraction (its runner's token). The claim script in
     ``apps.memory.jobs`` builds the same name in Lua."""
     return f"{MEMORY_JOBS}:{{{session_id}}}:lock"
+
+
+def live_interrupts() -> str:
+    """Redis pub/sub channel on which a live call's input asks the worker streaming that call's
+    turn to drop the stream now (``apps.live.interrupts``): the message is the turn id."""
+    return f"{PREFIX}:live:interrupts"

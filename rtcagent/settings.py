@@ -93,6 +93,7 @@ INSTALLED_APPS = [
     "apps.storage",
     "apps.attachments",
     "apps.tasks",
+    "apps.live",
     "apps.gateway",
     "apps.ops",
 ]

@@ -106,7 +106,7 @@ class ToolCallOutput(ToolCallInput):
 
     output = _text()
     status = serializers.ChoiceField(
-        choices=["completed", "failed", "timeout", "rejected", "done", "error"]
+        choices=["completed", "failed", "timeout", "rejected", "done", "error", "cancelled"]
     )
 
 

@@ -110,6 +110,8 @@ class TurnPorts(Protocol):
     def is_server_tool(self, name: str) -> bool: ...
     def run_server_tool(self, name: str, arguments: dict[str, Any]) -> str | Deferred: ...
     # optional, for servers tools that answer ``Deferred``: ``deferred_outcome(ref) -> RtcOutcome``
+    # optional: ``before_tools(step, text) -> text``, called when an answer ends with tool calls,
+    # before they run; what it returns is the answer's text (a live call's "one moment" line)
     def record_call(self, step: int, call: dict[str, Any]) -> None: ...
     def record_result(self, step: int, call: dict[str, Any], output: str, status: str) -> None: ...
     def create_rtc(self, step: int, call: dict[str, Any], arguments: dict[str, Any]) -> str: ...
@@ -318,6 +320,9 @@ def _answer(ports: TurnPorts, cp: Checkpoint) -> str | None:
             raise
         break
     full = "".join(text)
+    before_tools = getattr(ports, "before_tools", None)
+    if calls and before_tools is not None:  # a live call says "one moment" before any tool
+        full = before_tools(step, full)
     ports.finish_answer(step, full, "".join(reasoning), usage)
     _add_usage(cp, usage)
     cp.step += 1

@@ -22,6 +22,7 @@ Invariants of ``ChatModel.stream``:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import threading
@@ -221,14 +222,20 @@ class OpenAIChat:
         tools: list[dict[str, Any]] | None,
         *,
         should_cancel: Callable[[], bool] | None = None,
+        on_open: Callable[[Callable[[], None] | None], None] | None = None,
     ) -> Iterator[Event]:
-        """Stream one answer; see the module docstring for order, retries and cancellation."""
+        """Stream one answer; see the module docstring for order, retries and cancellation.
+
+        ``on_open`` is told how to abort the response while it is open (a callable another
+        thread may call: it shuts the socket down, which wakes the blocked read at once) and
+        ``None`` when it closed: a live call's input cuts the answer this way
+        (``apps.live.interrupts``) rather than waiting for the next chunk."""
         cancelled = should_cancel or (lambda: False)
         attempt = 0
         while True:
             attempt += 1
             yielded = False
-            events = self._attempt(messages, tools, cancelled)
+            events = self._attempt(messages, tools, cancelled, on_open)
             try:
                 for event in events:
                     yielded = True
@@ -286,6 +293,7 @@ class OpenAIChat:
         messages: list[dict[str, Any]],
         tools: list[dict[str, Any]] | None,
         cancelled: Callable[[], bool],
+        on_open: Callable[[Callable[[], None] | None], None] | None = None,
     ) -> Iterator[Event]:
         import openai
 
@@ -305,18 +313,25 @@ class OpenAIChat:
         finish: str | None = None
         usage: Usage | None = None
         try:
+            if on_open is not None:
+                on_open(lambda: _abort(response))
+            if cancelled():
+                raise Cancelled()
             chunks = iter(response)
             while True:
                 try:
                     chunk = next(chunks)
                 except StopIteration:
                     break
-                except ValueError as exc:  # json.JSONDecodeError: a garbled event
-                    raise StreamBroken("the answer stream could not be parsed") from exc
-                except openai.APITimeoutError:
+                except Exception as exc:
+                    if cancelled():  # aborted from another thread: not a broken stream
+                        raise Cancelled() from None
+                    if isinstance(exc, ValueError):  # json.JSONDecodeError: a garbled event
+                        raise StreamBroken("the answer stream could not be parsed") from exc
+                    if isinstance(exc, openai.APIConnectionError) and not isinstance(
+                            exc, openai.APITimeoutError):
+                        raise StreamBroken("the connection dropped mid-answer") from exc
                     raise
-                except openai.APIConnectionError as exc:
-                    raise StreamBroken("the connection dropped mid-answer") from exc
                 if cancelled():
                     raise Cancelled()
                 if chunk.usage is not None:
@@ -345,6 +360,8 @@ class OpenAIChat:
                     if choice.finish_reason:
                         finish = choice.finish_reason
         finally:
+            if on_open is not None:
+                on_open(None)
             response.close()
         if finish is None:
             raise StreamBroken("the answer stream ended before the model finished")
@@ -358,3 +375,18 @@ class OpenAIChat:
         if usage is not None:
             yield usage
         yield Finish(finish)
+
+
+def _abort(response: Any) -> None:
+    """Drop an open streaming response from another thread: shut its socket down (a blocked
+    ``recv`` returns at once; closing the socket alone would not wake it)."""
+    import socket
+
+    http = getattr(response, "response", None)
+    stream = http.extensions.get("network_stream") if http is not None else None
+    sock = stream.get_extra_info("socket") if stream is not None else None
+    if sock is None:
+        return
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
+

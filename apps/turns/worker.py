@@ -39,6 +39,7 @@ from apps.accounts.services import tokens_purge
 from apps.attachments.services import attachments_purge_deleted
 from apps.gateway import stream
 from apps.gateway.events import item, publish_update
+from apps.live.ports import ports_for
 from apps.ops import processes
 from apps.rtc.models import TERMINAL_RTC_STATUSES, Rtc
 from apps.sessions.models import Message
@@ -292,7 +293,15 @@ class Worker:
         A Redis that refuses the checkpoint's copy (``state.CheckpointNotCached``) ends this run
         with the turn still ``running``: the sweeper resumes it from PostgreSQL."""
         hold = self._hold
-        ports = DjangoTurnPorts(turn, self.llm_factory(), lost=lambda: bool(hold and hold.lost))
+        ports = ports_for(turn, self.llm_factory(), lambda: bool(hold and hold.lost))
+        try:
+            self._run_turn(turn, ports)
+        finally:
+            close = getattr(ports, "close", None)
+            if close is not None:
+                close()
+
+    def _run_turn(self, turn: Turn, ports: DjangoTurnPorts) -> None:
         saved = state.checkpoint_load(str(turn.id))
         if saved is not None:
             ports.preload(saved)  # engine.advance loads it: not read twice
@@ -324,7 +333,9 @@ class Worker:
             return
         park_session(str(turn.session_id))
         # A stop asked while the call was being created; PostgreSQL's word, whatever Redis lost.
-        if state.stop_requested(str(turn.id), durable=True):
+        # Not for a live call's turn: its flag is an interrupt, which waits for the tool.
+        if not getattr(ports, "waits_out_tools", False) and state.stop_requested(
+                str(turn.id), durable=True):
             from apps.turns.services import turn_stop
 
             turn_stop(user_id=turn.user_id, session_id=turn.session_id)

@@ -1,0 +1,126 @@
+"""Interrupting a live call's turn in whichever worker process streams it, at once.
+
+The stop flag in Redis (``apps.turns.state``) is polled between chunks at most every 0.2 s and
+only when a chunk arrives; a call's input must cut the answer sooner than that, even while the
+model has not sent anything yet. So the input also publishes the turn id on one Redis pub/sub
+channel (``keys.live_interrupts``); every worker process that runs a live turn listens on it
+with one thread, and the process streaming that turn fires its ``Watch``: the flag the turn's
+``should_cancel`` reads is set, and the model's HTTP response is aborted (its socket shut down,
+which wakes the blocked read at once; ``apps.turns.llm``).
+
+A lost publication (Redis restarted, the listener reconnecting) costs only latency: the flag in
+Redis stops the turn at its next poll, as for any stop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+import redis
+from django.conf import settings
+
+from rtcagent import keys
+from rtcagent.redis import get_redis
+
+log = logging.getLogger(__name__)
+
+
+class Watch:
+    """One live turn's interrupt switch in this process."""
+
+    def __init__(self) -> None:
+        self.fired = threading.Event()
+        self._abort: Callable[[], None] | None = None
+        self._lock = threading.Lock()
+
+    def set_abort(self, abort: Callable[[], None] | None) -> None:
+        """The way to drop the model's response now open (None: no response open)."""
+        with self._lock:
+            self._abort = abort
+            fired = self.fired.is_set()
+        if fired and abort is not None:
+            abort()
+
+    def fire(self) -> None:
+        self.fired.set()
+        with self._lock:
+            abort = self._abort
+        if abort is not None:
+            try:
+                abort()
+            except Exception:  # the stream ends anyway at the flag's next check
+                log.exception("aborting a live turn's model response failed")
+
+
+_watches: dict[str, Watch] = {}
+_lock = threading.Lock()
+_listener: threading.Thread | None = None
+_ready = threading.Event()
+
+
+def watch(turn_id: str) -> Watch:
+    """Start watching ``turn_id`` in this process (and make sure the listener runs)."""
+    _ensure_listening()
+    with _lock:
+        w = _watches.get(turn_id)
+        if w is None:
+            w = _watches[turn_id] = Watch()
+        return w
+
+
+def unwatch(turn_id: str) -> None:
+    with _lock:
+        _watches.pop(turn_id, None)
+
+
+def interrupt(turn_id: str) -> None:
+    """Ask the process streaming ``turn_id`` to drop its stream now (best effort)."""
+    try:
+        get_redis().publish(keys.live_interrupts(), turn_id)
+    except redis.RedisError:
+        log.warning("live interrupt of turn %s not published; the stop flag will do", turn_id)
+
+
+def _fire(turn_id: str) -> None:
+    with _lock:
+        w = _watches.get(turn_id)
+    if w is not None:
+        w.fire()
+
+
+def _ensure_listening() -> None:
+    global _listener
+    with _lock:
+        if _listener is None or not _listener.is_alive():
+            _ready.clear()
+            _listener = threading.Thread(target=_listen, name="live-interrupts", daemon=True)
+            _listener.start()
+    _ready.wait(2.0)  # subscribed before the first turn streams (else: the flag's latency)
+
+
+def _listen() -> None:
+    """Subscribe and fire watches, forever; reconnect after a Redis failure."""
+    while True:
+        client = redis.Redis.from_url(settings.REDIS_URL, decode_responses=True,
+                                      socket_keepalive=True, health_check_interval=30)
+        pubsub = client.pubsub(ignore_subscribe_messages=True)
+        try:
+            pubsub.subscribe(keys.live_interrupts())
+            _ready.set()
+            for message in pubsub.listen():
+                if message.get("type") == "message":
+                    _fire(str(message.get("data")))
+        except redis.RedisError as exc:
+            log.warning("live interrupt listener lost Redis (%s); reconnecting", exc)
+        except Exception:
+            log.exception("live interrupt listener failed; restarting")
+        finally:
+            _ready.clear()
+            with contextlib.suppress(Exception):  # already gone
+                pubsub.close()
+                client.close()
+        time.sleep(0.5)

@@ -1,0 +1,199 @@
+"""The engine's ports for an rtchild's turns: interruptible, text out, a window for context.
+
+``ports_for`` gives the worker these ports for a live call's session (``DjangoTurnPorts`` for
+every other session). What differs from an ordinary turn:
+
+* **Interruption.** The turn watches ``apps.live.interrupts``: an input fires the watch, which
+  sets the flag ``should_cancel`` reads and aborts the open model response, so the stream ends
+  within a chunk's processing, not at the next poll. A tool that runs is never cut: the flag is
+  only read between steps, and a turn waiting on an RTC stays waiting (``waits_out_tools``: the
+  worker does not turn the flag into a stop that fails the RTC); it is cancelled once the
+  result is recorded. Calls of the cut answer that had not started get an explicit cancelled
+  result, so every call in the history has its result.
+* **Text out.** Every text delta also goes to the call's output channel (``channel.output`` on
+  ``live:u=<id>``), and each answer's end is announced (``channel.output.end``, with
+  ``interrupted``). Thinking and tool calls are not spoken.
+* **"One moment" first.** An answer that calls tools without having said anything says the
+  hold line first (``before_tools``): the caller hears it before the tool runs, whatever the
+  model did.
+* **A window, not compaction.** The prompt is the call's system text and the most recent
+  blocks of its conversation (``apps.turns.conversation``: a model answer with all its calls and
+  results is one block, so a call is never separated from its result), within a message and a
+  token budget. Older messages stay stored for ``rt_transcript``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from apps.gateway.events import publish_live
+from apps.turns import conversation
+from apps.turns.context import message_parts
+from apps.turns.engine import Checkpoint
+from apps.turns.llm import ChatModel, Event
+from apps.turns.models import Turn
+from apps.turns.runner import DjangoTurnPorts, tools_for
+from rtcagent.conf import rtc_setting
+
+from . import interrupts
+from .models import LiveCall
+from .services import live_setting
+
+LIVE_PROMPT = (
+    "You are the voice of a live call: the caller speaks to you now, and what you write is "
+    "spoken aloud to them as you write it. Answer in short, natural spoken sentences, in the "
+    "caller's language; no Markdown, lists, code or emoji. The caller may talk over you: a new "
+    "input cuts your answer, and you continue from what they just said. Before you call any "
+    "tool, first say one short line such as \"One moment.\": while a tool runs you cannot hear "
+    "the caller."
+)
+CANCELLED_RESULT = ("[Cancelled] The caller interrupted before this tool ran; it did not run. "
+                    "Call it again if it is still needed.")
+# the agent's own call tools and long-running work are not a call's business
+NOT_IN_CALLS = frozenset({
+    "rt_children", "rt_transcript", "subAgent", "listSubAgent", "getSubAgentMessage",
+    "stopSubAgent", "goal", "completeGoal", "cancelGoal", "loop", "listLoop", "stopLoop",
+    "todoWrite",
+})
+
+
+def hold_line() -> str:
+    """What an rtchild says before a tool when the model said nothing (``RTC_LIVE_HOLD_LINE``)."""
+    try:
+        return str(rtc_setting("LIVE_HOLD_LINE"))
+    except KeyError:
+        import os
+
+        return os.environ.get("RTC_LIVE_HOLD_LINE", "").strip() or "One moment."
+
+
+def ports_for(turn: Turn, llm: ChatModel, lost: Callable[[], bool]) -> DjangoTurnPorts:
+    """The ports of ``turn``: ``LivePorts`` when its session is a live call's."""
+    call = LiveCall.objects.filter(session_id=turn.session_id).first()
+    if call is None:
+        return DjangoTurnPorts(turn, llm, lost)
+    return LivePorts(turn, llm, lost, call=call)
+
+
+class _Abortable:
+    """The model client, handing each open response's abort to the turn's watch."""
+
+    def __init__(self, llm: ChatModel, watch: interrupts.Watch) -> None:
+        self._llm = llm
+        self._watch = watch
+        self.model = getattr(llm, "model", None)
+
+    def stream(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, *,
+               should_cancel: Callable[[], bool] | None = None) -> Iterator[Event]:
+        try:
+            return self._llm.stream(messages, tools, should_cancel=should_cancel,
+                                    on_open=self._watch.set_abort)  # type: ignore[call-arg]
+        except TypeError:  # a model without ``on_open``: the flag alone cuts its stream
+            return self._llm.stream(messages, tools, should_cancel=should_cancel)
+
+
+class LivePorts(DjangoTurnPorts):
+    waits_out_tools = True  # the worker: a stop flag never fails this turn's running RTC
+
+    def __init__(self, turn: Turn, llm: ChatModel, lost: Callable[[], bool] = lambda: False,
+                 *, call: LiveCall) -> None:
+        super().__init__(turn, llm, lost)
+        self.call = call
+        self.watch = interrupts.watch(self.tid)
+        self.llm = _Abortable(llm, self.watch)  # type: ignore[assignment]
+        self._out_seq = 0
+
+    def close(self) -> None:
+        interrupts.unwatch(self.tid)
+
+    def should_cancel(self) -> bool:
+        if self.watch.fired.is_set():
+            self._check_hold()
+            self._cancel = True
+            return True
+        return super().should_cancel()
+
+    # --- the prompt: a window over the call's conversation -------------------------------------
+
+    def system(self) -> str:
+        text = LIVE_PROMPT
+        if self.call.instruction:
+            text += "\n\nThe agent that started this call asked you:\n" + self.call.instruction
+        if self.session.agent_prompt:
+            text += "\n\n" + self.session.agent_prompt
+        return text
+
+    def history(self) -> list[dict[str, Any]]:
+        return [{"role": "system", "content": self.system()},
+                *conversation.conversation_for(self.session, self.turn)]
+
+    def prompt(self, cp: Checkpoint, tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+        self.settle()
+        self._step = cp.step
+        blocks = conversation.load(self.session, self.turn, turn_steps=cp.step).blocks
+        kept = window([b.messages for b in blocks], live_setting("LIVE_WINDOW_MESSAGES"),
+                      live_setting("LIVE_WINDOW_TOKENS"))
+        return [{"role": "system", "content": self.system()}, *kept]
+
+    def context_overflow(self, cp: Checkpoint) -> bool:
+        return False  # the window is the call's only context management
+
+    def tools(self) -> list[dict[str, Any]]:
+        if self._tools is None:
+            self._tools = [t for t in tools_for(self.session)
+                           if t["function"]["name"] not in NOT_IN_CALLS]
+        return self._tools
+
+    # --- text out ------------------------------------------------------------------------------
+
+    def _out(self, data: dict[str, Any]) -> None:
+        publish_live(self.user_id, {
+            "channel": self.call.output_channel, "live_call_id": str(self.call.id),
+            "session_id": str(self.session.id), "turn_id": self.tid, **data,
+        })
+
+    def delta(self, step: int, kind: str, text: str) -> None:
+        super().delta(step, kind, text)
+        if kind == "markdown" and text:
+            self._out_seq += 1
+            self._out({"type": "channel.output", "delta": text, "seq": self._out_seq})
+
+    def finish_answer(self, step: int, text: str, reasoning: str, usage: Any, *,
+                      cancelled: bool = False) -> None:
+        super().finish_answer(step, text, reasoning, usage, cancelled=cancelled)
+        if text or cancelled:
+            self._out({"type": "channel.output.end", "text": text, "interrupted": cancelled})
+
+    def before_tools(self, step: int, text: str) -> str:
+        if text.strip():
+            return text
+        line = hold_line()
+        self.delta(step, "markdown", line)
+        return line
+
+    # --- a cut answer's calls ------------------------------------------------------------------
+
+    def cancel(self, cp: Checkpoint) -> None:
+        if cp.answer is not None and not cp.waiting_rtc:
+            for call in cp.calls[len(cp.results):]:
+                self.record_call(cp.step, call)
+                self.record_result(cp.step, call, CANCELLED_RESULT, "cancelled")
+        super().cancel(cp)
+
+
+def window(blocks: list[list[dict[str, Any]]], max_messages: int, max_tokens: int
+           ) -> list[dict[str, Any]]:
+    """The most recent whole blocks within ``max_messages`` and about ``max_tokens`` (the last
+    block always, however large): blocks are never split, so neither is a call and its
+    result."""
+    kept: list[list[dict[str, Any]]] = []
+    count = tokens = 0
+    for block in reversed(blocks):
+        size = sum(n for _, n in message_parts(block, None)[1:])
+        if kept and (count + len(block) > max_messages or tokens + size > max_tokens):
+            break
+        kept.append(block)
+        count += len(block)
+        tokens += size
+    return [m for block in reversed(kept) for m in block]
