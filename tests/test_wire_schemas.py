@@ -193,6 +193,13 @@ async def test_every_reply_and_update_matches_its_schema(gateway, pool, model, m
                                              "interval_seconds": 3600, "max_runs": 2})
         await call("v1.loop.list", {"session_id": sid})
         await call("v1.loop.stop", {"loop_id": loop["result"]["loop_id"]})
+        # Live-call channels (apps.live): registered, listed, fed, removed.
+        await call("v1.channel.register", {"name": "mic", "direction": "in",
+                                           "realtime": True, "session_id": sid})
+        await call("v1.channel.list", {})
+        fed = await call("v1.channel.input", {"name": "mic", "text": "anyone there?"})
+        assert fed["delivered"] is False  # no live call reads it
+        await call("v1.channel.unregister", {"name": "mic"})
         assert goal["result"]["goal_id"]
         await tab.until(lambda: all(t["status"] in ("completed", "cancelled", "failed")
                                     for t in tab.turns(sid)), within=20)
