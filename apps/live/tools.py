@@ -58,24 +58,21 @@ def rt_transcript(ctx: ToolContext, args: dict[str, Any]) -> str:
 RT_CHILDREN = register(ServerTool(
     name="rt_children",
     description=(
-        "Realtime child agents (rtchild) for live calls: the caller speaks, the rtchild answers "
-        "at once, and every new input interrupts it. Only for a call happening now; use "
-        "subAgent for tasks. create {inputch, outputch, instruction?, title?}: both channels "
-        "registered realtime by a plugin (inputch an input channel, outputch an output "
-        "channel). list: each rtchild's id, status, state and turns. stop {id}: ends the call "
-        "and hands it back to you (how many messages it holds; page them with rt_transcript). "
-        "Stop it as soon as the call ends, its channel is gone, or it was created wrongly."
+        "Live calls: an rtchild answers a caller in real time; each new input interrupts it. "
+        "create {inputch, outputch}: two realtime channels a plugin registered (in, out). "
+        "list: ids, state, turns. stop {id}: ends the call and hands it back (page it with "
+        "rt_transcript). Stop it when the call ends."
     ),
     parameters={
         "type": "object",
         "properties": {
             "action": {"type": "string", "enum": ["create", "list", "stop"]},
-            "inputch": {**_CHANNEL, "description": "create: the input channel (realtime)."},
-            "outputch": {**_CHANNEL, "description": "create: the output channel (realtime)."},
+            "inputch": _CHANNEL,
+            "outputch": _CHANNEL,
             "instruction": {"type": "string", "maxLength": 20000,
-                            "description": "create: who the rtchild is and what the call is for."},
+                            "description": "create: the rtchild's role in the call."},
             "title": {"type": "string", "maxLength": 200},
-            "id": {"type": "string", "maxLength": 64, "description": "stop: the rtchild's id."},
+            "id": {"type": "string", "maxLength": 64},
         },
         "required": ["action"],
         "additionalProperties": False,
@@ -87,8 +84,8 @@ RT_CHILDREN = register(ServerTool(
 RT_TRANSCRIPT = register(ServerTool(
     name="rt_transcript",
     description=(
-        "A page of a live call's stored transcript (oldest first): {id, offset (default 0), "
-        "limit (default 20, at most 100)}. Read it in pages and keep only what you need."
+        "A page of a live call's stored transcript, oldest first (limit default 20, at most "
+        "100)."
     ),
     parameters={
         "type": "object",

@@ -29,9 +29,9 @@ def paragraph(n: int) -> str:
 
 
 def setup_session(agent: Agent, model: Any) -> None:
-    """Three turns (a read, then two messages of 1,000 tokens): about 4,100 tokens with the
-    tools, under the 5,000-token threshold; the fourth message takes it over."""
-    set_profile(context_window=6000, max_output_tokens=500, autocompact_buffer=1000,
+    """Three turns (a read, then two messages of 1,000 tokens): about 4,300 tokens with the
+    tools, under the 5,250-token threshold; the fourth message takes it over."""
+    set_profile(context_window=6250, max_output_tokens=500, autocompact_buffer=1000,
                 tool_result_budget=2000)
     model.enqueue(tool_reply("read", {"path": "/spec.md"}, content="Reading the spec."))
     model.enqueue({"content": "Spec read."})
@@ -74,7 +74,7 @@ def test_the_threshold_summarises_the_head_keeps_the_tail_and_reinjects_files(mo
     ]
     assert "tools" not in summary_request
     (summary,) = agent.summaries()
-    spec = truncate_output(SPEC, 100, count_text)  # 500 tokens of files, 100 a file
+    spec = truncate_output(SPEC, 105, count_text)  # 525 tokens of files, 105 a file
     assert summary.role == "system"
     assert summary.content["data"] == [
         {"title": SUMMARY_TITLE, "content": "1. The user wants the widget spec read."},
@@ -123,7 +123,7 @@ def test_session_memory_is_the_summary_without_an_llm_call(model, make_user) -> 
     recalled = recalled_memory_text(user_id=user.id, session_id=agent.session_id,
                                     query=paragraph(4))
     assert recalled  # the latest session notes travel at the end of every request
-    spec = truncate_output(SPEC, 100, count_text)
+    spec = truncate_output(SPEC, 105, count_text)
     assert answer_request["messages"] == [
         system(),
         {"role": "system", "content": SUMMARY_HEADER + notes},
