@@ -272,6 +272,11 @@ def channel_input(*, user_id: int, name: str, text: str, client_id: str = "") ->
                                    status=LiveStatus.RUNNING).first()
     if call is None:
         return Delivered(False)
+    if Session.objects.filter(pk=call.session_id).exclude(
+            status=SessionStatus.CLOSED).filter(deleted_at__isnull=True).count() == 0:
+        # its session was stopped or deleted another way (a stopped tree, the user)
+        call_stop(call, reason="its session was closed", notify=True)
+        return Delivered(False)
     _rate(call)
     cid = f"live:{call.id}:{client_id or uuid.uuid4().hex}"
     earlier = Message.objects.filter(user_id=user_id, client_id=cid).first()

@@ -315,3 +315,67 @@ def test_the_window_keeps_recent_whole_blocks_and_never_splits_a_pair() -> None:
     assert len(window(blocks, 1000, 60)) < len(window(blocks, 1000, 100_000))
     huge = [[{"role": "user", "content": "word " * 5000}]]
     assert window(huge, 1, 10) == huge[0]
+
+
+def test_a_call_whose_session_was_closed_takes_no_input_and_stops(parent: Session) -> None:
+    create(parent, inputch="mic", outputch="speaker")
+    live = LiveCall.objects.get()
+    Session.objects.filter(pk=live.session_id).update(status="closed")  # e.g. a stopped tree
+    out = rpc("v1.channel.input", parent.user, {"name": "mic", "text": "hello?"})
+    assert out["delivered"] is False
+    live.refresh_from_db()
+    assert live.status == "stopped" and live.stop_reason == "its session was closed"
+    assert Message.objects.filter(session=parent, client_id=f"live:{live.id}:ended").exists()
+
+
+def test_the_rtchilds_prompt_is_a_window_of_whole_blocks(parent: Session, settings: Any
+                                                         ) -> None:
+    """The ports the worker uses for a call build the prompt from the stored conversation:
+    the newest blocks within the window, each answer with all its results."""
+    from apps.live.ports import LivePorts, ports_for
+    from apps.sessions.services import session_allocate_offsets
+    from apps.turns.engine import Checkpoint, violations
+    from apps.turns.llm import OpenAIChat
+
+    settings.RTCAGENT = {**settings.RTCAGENT, "LIVE_WINDOW_MESSAGES": 6}
+    create(parent, inputch="mic", outputch="speaker", instruction="You are the front desk.")
+    live = LiveCall.objects.get()
+
+    def add(turn: Turn, key: str, role: str, ctype: str, data: Any, parent_msg: Any = None
+            ) -> Message:
+        return Message.objects.create(
+            session=live.session, user_id=live.user_id, turn=turn, client_id=key,
+            global_offset=session_allocate_offsets(session_id=live.session_id), role=role,
+            content={"type": ctype, "data": data}, parent_message=parent_msg)
+
+    for n in range(5):  # each turn: an input, an answer calling two tools, their results
+        turn = Turn.objects.create(session=live.session, user_id=live.user_id,
+                                   status="completed")
+        trigger = add(turn, f"in{n}", "user", "user_message", {"text": f"input {n}"})
+        Turn.objects.filter(pk=turn.pk).update(trigger_message=trigger)
+        for k in range(2):
+            call_id = f"c{n}{k}"
+            data = {"id": call_id, "tool_name": "read", "input": "{}"}
+            msg = add(turn, f"turn:{turn.id}:1:call:{call_id}", "assistant", "toolcall_input",
+                      data)
+            add(turn, f"turn:{turn.id}:1:result:{call_id}", "tool", "toolcall_output",
+                {**data, "output": f"file {n}{k}", "status": "completed"}, msg)
+    now = Turn.objects.create(session=live.session, user_id=live.user_id, status="running")
+    trigger = add(now, "in-now", "user", "user_message", {"text": "and now?"})
+    Turn.objects.filter(pk=now.pk).update(trigger_message=trigger)
+    now.refresh_from_db()
+    ports = ports_for(now, OpenAIChat(api_key="unused", base_url="http://127.0.0.1:9/v1"),
+                      lambda: False)
+    try:
+        assert isinstance(ports, LivePorts)
+        sent = ports.prompt(Checkpoint(), ports.tools())
+    finally:
+        ports.close()
+    assert sent[0]["role"] == "system" and "You are the front desk." in sent[0]["content"]
+    body = sent[1:]
+    assert violations(body) == []
+    # 6 messages at most, whole blocks: the last answer (3 messages), its input, the new input
+    assert [m["role"] for m in body] == ["user", "assistant", "tool", "tool", "user"]
+    assert body[0]["content"] == "input 4" and body[-1]["content"] == "and now?"
+    # older messages left the prompt but not the store
+    assert Message.objects.filter(session=live.session).count() == 5 * 5 + 1
