@@ -92,6 +92,11 @@ def _fire(turn_id: str) -> None:
         w.fire()
 
 
+def listen() -> None:
+    """Start this process's listener now (a worker at start-up), not at its first live turn."""
+    _ensure_listening()
+
+
 def _ensure_listening() -> None:
     global _listener
     with _lock:

@@ -285,6 +285,8 @@ def channel_input(*, user_id: int, name: str, text: str, client_id: str = "") ->
     interrupted_turn: str | None = None
     signal: str | None = None
     with transaction.atomic():
+        # the call's row lock orders this input with the worker starting a turn (``superseded``)
+        call = LiveCall.objects.select_for_update().get(pk=call.pk)
         turn = (Turn.objects.filter(session_id=call.session_id, status__in=ACTIVE_TURN_STATUSES)
                 .order_by("created_at").first())
         if turn is not None:
@@ -331,6 +333,20 @@ def channel_input(*, user_id: int, name: str, text: str, client_id: str = "") ->
             "turn_id": interrupted_turn,
         })
     return Delivered(True, str(call.id), str(msg.id), interrupted_turn is not None)
+
+
+def superseded(msg: Message) -> bool:
+    """A call's input that a newer input of the same call followed before its turn began: it
+    stays in the conversation (the caller said it) but gets no turn of its own; the newer
+    input's turn answers both.
+
+    Inside the worker's transaction that would create the turn: the call's row lock orders
+    this check with ``channel_input`` (which takes it too), so an input either sees the turn
+    (and interrupts it) or is seen here."""
+    LiveCall.objects.select_for_update().filter(session_id=msg.session_id).first()
+    return Message.objects.filter(
+        session_id=msg.session_id, role=MessageRole.USER, turn__isnull=True,
+        global_offset__gt=msg.global_offset, client_id__startswith="live:").exists()
 
 
 def _rate(call: LiveCall) -> None:

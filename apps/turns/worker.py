@@ -40,6 +40,7 @@ from apps.attachments.services import attachments_purge_deleted
 from apps.gateway import stream
 from apps.gateway.events import item, publish_update
 from apps.live.ports import ports_for
+from apps.live.services import superseded
 from apps.ops import processes
 from apps.rtc.models import TERMINAL_RTC_STATUSES, Rtc
 from apps.sessions.models import Message
@@ -113,6 +114,7 @@ class Worker:
                 log.exception("start-up recovery failed; retrying in a second")
                 close_old_connections()
                 time.sleep(1)
+        self.warm_up()
         slots = [threading.Thread(target=self.turn_thread, name=f"turns-{n}", daemon=True)
                  for n in range(self.turns)]
         for slot in slots:
@@ -137,6 +139,19 @@ class Worker:
         scheduler.join(timeout=5)
         connection.close()
         log.info("worker stopped")
+
+    @staticmethod
+    def warm_up() -> None:
+        """What the first turn would otherwise pay before its model request: the tokenizer
+        (0.3-2.8 s to build, docs/performance.md) and the live-call interrupt listener."""
+        from apps.live import interrupts
+        from apps.turns import tokens
+
+        for what, fn in (("tokenizer", tokens.encoding), ("interrupt listener", interrupts.listen)):
+            try:
+                fn()
+            except Exception:  # the first turn that needs it tries again
+                log.exception("warming up the %s failed", what)
 
     def turn_thread(self) -> None:
         """One turn at a time: claim a session, drain it, again, until the worker stops."""
@@ -265,6 +280,8 @@ class Worker:
             return  # stopped before its turn began: it never runs
         try:
             with transaction.atomic():
+                if msg.client_id.startswith("live:") and superseded(msg):
+                    return  # a live call's input that a newer one cut before it started
                 if Turn.objects.filter(session_id=session_id,
                                        status__in=ACTIVE_TURN_STATUSES).exists():
                     raise IntegrityError("active turn")

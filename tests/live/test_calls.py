@@ -266,3 +266,32 @@ async def test_idle_costs_nothing_and_unregistering_stops_the_call_and_hands_it_
         assert (await _say(tab, "anyone?"))["delivered"] is False
     row = await _db(_call_row, pk=call.id)
     assert row.status == "stopped" and "unregistered" in row.stop_reason
+
+
+async def test_inputs_in_quick_succession_are_answered_once_by_the_newest(
+        gateway, model, make_workers, make_user) -> None:
+    make_workers(1)
+    user = await sync_to_async(make_user)()
+    async with Browser(gateway, user) as tab:
+        _, call = await _start_call(tab, model)
+        csid = str(call.session_id)
+        for word in ("first", "second"):
+            model.add_rule({"last_user_contains": f"{word} thought"},
+                           _slow(f"About your {word} thought: yes.", 3))
+        model.add_rule({"last_user_contains": "third thought"}, {"content": "Got all three."})
+        replies = [await _say(tab, f"{word} thought") for word in ("first", "second", "third")]
+        assert all(r["delivered"] for r in replies)
+        await tab.until(lambda: any(e["text"] == "Got all three."
+                                    for e in _live(tab, "channel.output.end")), 15)
+        await tab.until(lambda: tab.turns(csid) and all(
+            t["status"] in ("completed", "cancelled") for t in tab.turns(csid)))
+        statuses = [t["status"] for t in sorted(tab.turns(csid), key=lambda t: t["created_at"])]
+    # only the newest input's answer completed; no earlier one ran to its end
+    assert statuses[-1] == "completed" and set(statuses[:-1]) <= {"cancelled"}, (statuses, [(r.body["messages"][-1].get("content"), r.outcome) for r in model.requests])
+    for r in model.requests:
+        last = r.body["messages"][-1].get("content")
+        if last in ("first thought", "second thought"):
+            assert r.outcome == "client_closed", (last, r.outcome)
+    (final,) = _requests_with(model, "third thought")
+    said = [m["content"] for m in final.body["messages"] if m["role"] == "user"]
+    assert said == ["first thought", "second thought", "third thought"]  # in order, each once
