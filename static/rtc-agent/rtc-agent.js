@@ -1,7 +1,7 @@
 // <rtc-agent>: the embeddable widget, and `createRtcAgent(config)`, its factory (docs/widget.md
 // is the integrator's reference). A floating bubble opens a panel (normal, maximised or
 // minimised; or embedded in the page) with the session list, the conversation (under the
-// context bar and the task panel), the composer and the file panel; "Memories" and
+// context bar and the task panel), the voice call's panel, the composer and the file panel; "Memories" and
 // "Functions" (the function debugger) take the conversation's place.
 // Configuration: HTML attributes for simple pages (theme, lang, app-label, bubble-icon, logo,
 // server-url, redirect-uri, database-name, agent-prompt, open, signin-hint, share-connection:
@@ -19,6 +19,7 @@ import { View, esc } from './views/base.js';
 import './views/session-list.js';
 import './views/message-list.js';
 import './views/composer.js';
+import './views/call-panel.js';
 import './views/file-panel.js';
 import './views/context-bar.js';
 import './views/memory-page.js';
@@ -148,7 +149,7 @@ class RtcAgent extends View {
           <button type="button" data-act="close" data-i18n-title="header.close" data-i18n-aria-label="header.close">×</button></header>
         <div class="err" role="alert" hidden></div>
         <div class="signin" part="signin"><span class="logo" hidden></span><p></p><span class="login"></span></div>
-        <div class="body" hidden><rtc-session-list></rtc-session-list><div class="chat"><rtc-context-bar></rtc-context-bar><rtc-task-panel></rtc-task-panel><rtc-message-list></rtc-message-list><rtc-composer></rtc-composer></div></div>
+        <div class="body" hidden><rtc-session-list></rtc-session-list><div class="chat"><rtc-context-bar></rtc-context-bar><rtc-task-panel></rtc-task-panel><rtc-message-list></rtc-message-list><rtc-call-panel hidden></rtc-call-panel><rtc-composer></rtc-composer></div></div>
         <div class="page" hidden><rtc-memory-page></rtc-memory-page></div>
         <div class="fnpage" hidden><rtc-function-debugger></rtc-function-debugger></div>
       </div>
@@ -374,7 +375,7 @@ class RtcAgent extends View {
     });
     agent.functionGroups = () => this.functionGroups();
     this.agent = agent;
-    for (const sel of ['rtc-session-list', 'rtc-message-list', 'rtc-composer', 'rtc-context-bar', 'rtc-task-panel', 'rtc-memory-page']) this.root.querySelector(sel).agent = agent;
+    for (const sel of ['rtc-session-list', 'rtc-message-list', 'rtc-call-panel', 'rtc-composer', 'rtc-context-bar', 'rtc-task-panel', 'rtc-memory-page']) this.root.querySelector(sel).agent = agent;
     this.applyActivityBar();
     agent.start().then(() => {
       if (this.destroyed) return;

@@ -15,6 +15,7 @@ import { docPath, functionDoc, indexDoc, invoke } from './functions.js';
 import { Uploads } from './uploads.js';
 import { Memories } from './memories.js';
 import { Tasks } from './tasks.js';
+import { Voice } from './voice.js';
 import { composeAgentPrompt, readAgentMd } from './agent-prompt.js';
 
 export const WORK_MODES = ['manual', 'edit', 'plan', 'auto', 'bypass'];
@@ -51,6 +52,8 @@ export class Agent {
     this.memories = new Memories({ store: this.store, fetchApi: (path, opts) => this.fetchApi(path, opts) });
     // Goals, loops, sub-agent trees and the composer's /commands: see lib/tasks.js.
     this.tasks = new Tasks({ agent: this, store: this.store });
+    // Live voice calls (the call button, views/call-panel.js): see lib/voice.js.
+    this.voice = new Voice({ agent: this, store: this.store });
   }
 
   async start() {
@@ -81,10 +84,13 @@ export class Agent {
     });
     this.store.watch('sessions', (session, old) => this.executor.onSession(session, old));
     this.sync = new Sync({ store: this.store, db: this.db, conn: this.conn, onRtc: (r) => this.executor.onRtc(r), tasks: this.tasks,
-      onLiveEntity: (kind, entity, old) => this.onLiveEntity(kind, entity, old) });
+      onLiveEntity: (kind, entity, old) => this.onLiveEntity(kind, entity, old),
+      onLiveEvent: (data) => this.voice.onLive(data) });
     const position = await this.sync.restore();
     this.store.set({ user: userId, workMode: WORK_MODES.includes(prefs.workMode) ? prefs.workMode : 'edit', currentSession: prefs.session || null });
     this.conn.start({ token, topic: `topic:u=${userId}`, position });
+    // Channels of a call an earlier page left on the line are hung up (it hands the call back).
+    this.voice.sweep().catch((err) => console.warn('rtc-agent: voice channels left over', err.message || err));
     // The outbox is drained before anything else runs: a finished result goes out first.
     await this.outbox.drain();
     this.executor.ready = true;
@@ -140,6 +146,7 @@ export class Agent {
     this.stopped = true;
     this.auth.abort();
     clearTimeout(this._docsTimer);
+    this.voice.destroy();
     if (this.conn) this.conn.stop();
     if (this.outbox) this.outbox.stop();
     if (this.sync) this.sync.stop();

@@ -19,6 +19,9 @@ export const DOM_EVENTS = {
   sessionDeleted: 'rtc-session-deleted',
   messageSent: 'rtc-message-sent',
   messageReceived: 'rtc-message-received',
+  callStarted: 'rtc-call-started',
+  callConnected: 'rtc-call-connected',
+  callEnded: 'rtc-call-ended',
 };
 export const CALLBACK_ONLY = ['toolCallStart', 'toolCallSuccess', 'toolCallError', 'toolCallProgress'];
 

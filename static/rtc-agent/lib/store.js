@@ -6,6 +6,7 @@
 // (lib/memories.js); `page` is what the panel shows: 'chat' or 'memories'.
 // `goals` and `loops` are the sessions' goal and loop entities (lib/tasks.js), by id;
 // `commandNotice` ({text, kind: 'info'|'error'}) answers a /command typed in the composer.
+// `call` is the voice call (lib/voice.js; null: none shown): its status, channels and transcript.
 export class Store {
   constructor() {
     this.state = {
@@ -13,7 +14,7 @@ export class Store {
       loaded: {}, currentSession: null, workMode: 'edit', view: 'normal', error: '', files: [],
       fileEntities: {}, uploads: [], uploadNotice: '', previews: {},
       sessionMemories: {}, memoryPage: null, page: 'chat',
-      goals: {}, loops: {}, commandNotice: null,
+      goals: {}, loops: {}, commandNotice: null, call: null,
     };
     this.listeners = new Set();
     this.watchers = new Map(); // kind -> Set of fn(entity, old): called for every upsert

@@ -14,13 +14,15 @@ const KEPT = ['sessions', 'messages', 'rtcs', 'fileEntities', 'goals', 'loops', 
 
 export class Sync {
   // `onLiveEntity(kind, entity, old)`: told of each entity applied from an Update (not reloads).
-  constructor({ store, db, conn, onRtc, tasks, onLiveEntity = () => {} }) {
+  // `onLiveEvent(data)`: the live publications that are not chunks (live calls: lib/voice.js).
+  constructor({ store, db, conn, onRtc, tasks, onLiveEntity = () => {}, onLiveEvent = () => {} }) {
     this.store = store;
     this.tasks = tasks;
     this.db = db;
     this.conn = conn;
     this.onRtc = onRtc;
     this.onLiveEntity = onLiveEntity;
+    this.onLiveEvent = onLiveEvent;
     this.position = null;
     this._timer = null;
     this._onPageHide = () => { if (this._timer) this.persist(); };
@@ -143,10 +145,16 @@ export class Sync {
     this.persistSoon();
   }
 
-  // A live chunk: appended in seq order until the final message replaces it.
+  // A live chunk: appended in seq order until the final message replaces it. Other types (a
+  // live call's `live.call`, `channel.output`, `channel.output.end`, `channel.interrupt`) go to
+  // `onLiveEvent`.
   onLive(ctx) {
     const c = ctx.data;
-    if (!c || c.type !== 'chunk') return;
+    if (!c || typeof c !== 'object') return;
+    if (c.type !== 'chunk') {
+      try { this.onLiveEvent(c); } catch (err) { console.error('rtc-agent: live publication', c.type, err); }
+      return;
+    }
     const msg = this.store.state.messages[c.message_id];
     if (msg && msg.streaming_status && msg.streaming_status !== 'streaming') return;
     const streams = this.store.state.streams;

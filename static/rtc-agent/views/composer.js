@@ -7,12 +7,13 @@
 // A message starting with a command (`/goal …`, `/loop …`, `/compact`; lib/commands.js) is run
 // instead of sent (lib/tasks.js): a hint lists the commands while one is typed, and the answer
 // shows above the box (what was typed stays when it is refused). A sub-agent's conversation is
-// read-only: no box, a note instead.
+// read-only: no box, a note instead. The phone button starts a voice call in this conversation
+// (or a new one): lib/voice.js, shown by views/call-panel.js; it waits while a call is on.
 import { View, esc } from './base.js';
 import { t } from '../lib/i18n.js';
 import { commandHints, parseCommand } from '../lib/commands.js';
 import { formatSize } from '../lib/filetypes.js';
-import { documentIcon, imageIcon, paperclip } from './icons.js';
+import { documentIcon, imageIcon, paperclip, phoneIcon } from './icons.js';
 
 const ACCEPT = ['image/jpeg', 'image/png', 'image/bmp', 'image/tiff', 'image/svg+xml', 'image/webp', 'image/gif',
   'text/*', 'application/json', 'application/xml', 'application/yaml', '.md', '.csv', '.json', '.xml', '.yaml',
@@ -29,6 +30,7 @@ class Composer extends View {
     .notice span { flex: 1; }
     .notice button { padding: 0 6px; }
     .clip { padding: 3px 6px; line-height: 0; color: var(--rtc-color-text-2, #4a5266); }
+    .side { display: flex; flex-direction: column; gap: 4px; }
     ul.chips { list-style: none; margin: 0 0 6px; padding: 0; display: flex; flex-wrap: wrap; gap: 6px; }
     .chip { display: grid; grid-template-columns: auto 1fr auto; gap: 2px 6px; align-items: center; border: 1px solid var(--rtc-color-border-strong, #d6dbe6);
       border-radius: 8px; padding: 4px 6px; width: 250px; background: var(--rtc-color-surface-2, #fafbfd); font-size: 12px; }
@@ -59,7 +61,8 @@ class Composer extends View {
       <div class="hint" part="command-hint" hidden></div>
       <div class="readonly" part="read-only" hidden data-i18n="composer.readOnly">A sub-agent's conversation: it is read-only. Its parent's conversation talks to it.</div>
       <ul class="chips" part="attachments" aria-label="Attachments" data-i18n-aria-label="composer.attachments" hidden></ul>
-      <div class="row inputrow"><button type="button" class="clip" data-act="attach" aria-label="Attach files" title="Attach files (images and text files)" data-i18n-aria-label="composer.attach">${paperclip}</button>
+      <div class="row inputrow"><div class="side"><button type="button" class="clip" data-act="attach" aria-label="Attach files" title="Attach files (images and text files)" data-i18n-aria-label="composer.attach">${paperclip}</button>
+      <button type="button" class="clip" part="call-button" data-act="call" aria-label="Start a voice call" data-i18n-aria-label="composer.call" data-i18n-title="composer.callTitle">${phoneIcon}</button></div>
       <input type="file" multiple hidden accept="${ACCEPT}">
       <textarea class="grow" part="input" placeholder="Message the agent…" aria-label="Message" data-i18n-placeholder="composer.placeholder" data-i18n-aria-label="composer.message"></textarea>
       <div><button class="primary" data-act="send" data-i18n="composer.send">Send</button><br><button data-act="stop" hidden data-i18n="composer.stop">Stop</button></div></div>`;
@@ -74,6 +77,7 @@ class Composer extends View {
     this.root.querySelector('[data-act=send]').onclick = () => this.submit();
     this.root.querySelector('[data-act=stop]').onclick = () => this.agent.stop(this.agent.store.state.currentSession);
     this.root.querySelector('[data-act=attach]').onclick = () => this.picker.click();
+    this.root.querySelector('[data-act=call]').onclick = () => this.agent.voice.start().catch((err) => this.agent.fail(err));
     this.root.querySelector('[data-act=dismiss]').onclick = () => this.agent.uploads.notice('');
     this.picker.onchange = () => { this.attach([...this.picker.files]); this.picker.value = ''; };
     this.root.querySelector('ul.chips').addEventListener('click', (e) => {
@@ -196,6 +200,10 @@ class Composer extends View {
     const send = this.root.querySelector('[data-act=send]');
     send.disabled = uploads.busy || uploads.failed || !!this.running;
     send.title = t(uploads.busy ? 'send.waiting' : uploads.failed ? 'send.failed' : 'send.title');
+    const call = this.root.querySelector('[data-act=call]');
+    const onCall = this.agent.voice.active || (state.call && state.call.status === 'ending');
+    call.disabled = onCall;
+    call.title = t(onCall ? 'composer.callOn' : 'composer.callTitle');
   }
 
   // Chips are keyed by upload id and rebuilt only when their status changes; progress updates

@@ -271,7 +271,7 @@ class MessageList extends View {
   }
 }
 
-// Who sent a user message the user did not type: a goal's round or a loop's run
+// Who sent a user message the user did not type: a goal's round, a loop's run, or a voice call
 // (`content.data.origin`, written by the server).
 function originHtml(data) {
   const origin = data && data.origin;
@@ -284,6 +284,9 @@ function originHtml(data) {
     const tick = Number(origin.tick);
     return `<div class="origin" part="message-origin">${esc(Number.isFinite(tick) ? t('origin.loopTick', { tick: tick + 1 }) : t('origin.loop'))}</div>`;
   }
+  // live: what was said on a voice call (in the call's own session: it names the channel), or
+  // the call handed back to the agent that created it.
+  if (origin.kind === 'live') return `<div class="origin" part="message-origin">${esc(t(origin.channel ? 'origin.liveInput' : 'origin.live'))}</div>`;
   return '';
 }
 
