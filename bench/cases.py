@@ -1,8 +1,9 @@
-"""The cases of issue 14. Each returns ``{"ours": ..., "baseline": ..., "ratios": [...]}``.
+"""The cases of ``make bench``. Each returns ``{"ours": ..., "baseline": ..., "ratios": [...]}``.
 
 Ours goes through the full stack (the official ``centrifuge-python`` client, Daphne, the worker,
 PostgreSQL, Redis, the scripted model); each baseline is the simplest program doing the same
-unavoidable work (``bench.bare``). Both alternate in rounds (``alternate``).
+unavoidable work (``bench.bare``). Both alternate in rounds (``alternate``). The ``live`` case
+(``bench.live``, issue 15) has no baseline: its target is absolute.
 """
 
 from __future__ import annotations
@@ -13,158 +14,17 @@ import json
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from centrifuge import Client, ClientEventHandler, ReplyError, ServerPublicationContext
+from centrifuge import ReplyError
 from websockets.asyncio.client import connect
 
+from bench.clients import Relay, Tab
+from bench.harness import NS, Ctx, alternate, target
+from bench.live import interruption
 from bench.proto import RawClient
-from bench.stack import Stack
 from bench.stats import Side, percentile, proc_cpu, proc_rss, ratio
-
-NS = 1e6  # nanoseconds per millisecond
-
-
-@dataclass
-class Options:
-    smoke: bool = False
-    rounds: int = 5  # kept rounds; one warm-up round more is run and discarded
-
-    def pick(self, full: Any, smoke: Any) -> Any:
-        return smoke if self.smoke else full
-
-
-@dataclass
-class Ctx:
-    stack: Stack
-    opts: Options
-    users: Callable[[int], list[tuple[Any, str]]]  # n -> [(user, token)]
-
-
-def target(name: str, value: float, limit: float, *, most: bool = True, unit: str = "x") -> dict:
-    """A ratio (or figure) with its target: ``value <= limit`` (``most``) or ``>= limit``."""
-    ok = value <= limit if most else value >= limit
-    return {"name": name, "value": value, "target": f"{'<=' if most else '>='} {limit:g}{unit}",
-            "ok": bool(ok)}
-
-
-async def alternate(rounds: int, ours: Callable[[], Awaitable[tuple[list[float], int]]],
-                    base: Callable[[], Awaitable[tuple[list[float], int]]],
-                    ours_pids: list[int], base_pids: list[int]) -> tuple[Side, Side]:
-    """Run ``rounds`` + 1 rounds, the order flipping each round; CPU per operation from /proc."""
-    sides = (Side(), Side())
-    runs = ((ours, ours_pids, 0), (base, base_pids, 1))
-    for r in range(rounds + 1):
-        for fn, pids, index in runs if r % 2 == 0 else runs[::-1]:
-            before = proc_cpu(pids)
-            samples, ops = await fn()
-            cpu = proc_cpu(pids) - before
-            sides[index].add(samples, cpu / ops if ops else None)
-    return sides
-
-
-# --- the browser of ours ------------------------------------------------------------------------
-
-
-class Events(ClientEventHandler):
-    def __init__(self) -> None:
-        self.chunks: dict[str, int] = {}  # piece -> receive time
-        self.rtcs: dict[str, tuple[int, str]] = {}  # tool_call_id -> (receive time, rtc id)
-        self.done_turns: set[str] = set()  # sessions whose turn ended
-        self.changed = asyncio.Event()
-
-    async def on_publication(self, ctx: ServerPublicationContext) -> None:
-        now = time.monotonic_ns()
-        data = ctx.pub.data
-        if ctx.channel.startswith("live:"):
-            if data.get("type") == "chunk":
-                self.chunks[data["delta"]] = now
-        elif isinstance(data, dict) and data.get("items"):
-            for it, entity in zip(data["items"], data["data_list"], strict=False):
-                if it["entity"] == "turn" and entity.get("status") in ("completed", "failed"):
-                    self.done_turns.add(entity["session_id"])
-                if (it["entity"] == "rtc" and entity.get("status") == "pending"
-                        and entity.get("tool_call_id", "").startswith("call_b")):
-                    self.rtcs.setdefault(entity["tool_call_id"], (now, entity["id"]))
-        self.changed.set()
-
-    async def until(self, cond: Callable[[], bool], within: float = 60) -> None:
-        async def loop() -> None:
-            while not cond():
-                self.changed.clear()
-                await self.changed.wait()
-
-        await asyncio.wait_for(loop(), within)
-
-
-class Tab:
-    """One user's tab: the official client, as the widget uses it."""
-
-    def __init__(self, url: str, token: str) -> None:
-        self.ev = Events()
-        self.client = Client(url, events=self.ev, token=token, proxy=None)
-
-    async def open(self) -> Tab:
-        await self.client.connect()
-        await self.client.ready(30)
-        return self
-
-    async def send(self, text: str) -> dict[str, Any]:
-        reply = await self.client.rpc("v1.message.send", {
-            "content_data": {"type": "user_message", "data": {"text": text}},
-            "client_id": str(uuid.uuid4()), "client_session_id": "cs-" + uuid.uuid4().hex[:8],
-            "server_session_id": ""})
-        return reply.data
-
-    async def close(self) -> None:
-        await self.client.disconnect()
-
-
-class Relay:
-    """A connection to the bare relay."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.chunks: dict[str, int] = {}
-        self.rtcs: dict[str, int] = {}
-        self.ends: dict[str, int] = {}
-        self.changed = asyncio.Event()
-
-    async def open(self) -> Relay:
-        self.ws = await connect(self.url, compression=None, max_size=None, ping_interval=None)
-        self.reader = asyncio.create_task(self._read())
-        return self
-
-    async def _read(self) -> None:
-        async for frame in self.ws:
-            now = time.monotonic_ns()
-            push = orjson.loads(frame)["push"]
-            data = push["pub"]["data"]
-            if data.get("type") == "chunk":
-                self.chunks[data["delta"]] = now
-            elif data.get("type") == "rtc":
-                self.rtcs[data["tool_call_id"]] = now
-            elif data.get("type") == "end":
-                self.ends[data["sid"]] = now
-            self.changed.set()
-
-    async def send(self, **ask: Any) -> None:
-        await self.ws.send(orjson.dumps(ask).decode())
-
-    async def until(self, cond: Callable[[], bool], within: float = 60) -> None:
-        async def loop() -> None:
-            while not cond():
-                self.changed.clear()
-                await self.changed.wait()
-
-        await asyncio.wait_for(loop(), within)
-
-    async def close(self) -> None:
-        await self.ws.close()
-        self.reader.cancel()
-
 
 # --- RPC round trip -----------------------------------------------------------------------------
 
@@ -645,7 +505,7 @@ async def image(ctx: Ctx) -> dict[str, Any]:
 
 CASES: dict[str, Callable[[Ctx], Awaitable[dict[str, Any]]]] = {
     "rpc": rpc, "chunks": chunks, "tools": tools, "sustained": sustained, "replay": replay,
-    "idle": idle, "image": image,
+    "idle": idle, "image": image, "live": interruption,
 }
 
 

@@ -85,7 +85,7 @@ def markdown(report: dict[str, Any]) -> str:
 async def warm_up(ctx: Any) -> None:
     """A few short turns at once, so that every worker has built its tokenizer and model client
     (its first turn is slow) before anything is measured."""
-    from bench.cases import Tab
+    from bench.clients import Tab
 
     tabs = [await Tab(ctx.stack.ws_url, tok).open() for _, tok in ctx.users(2 * ctx.stack.workers)]
     sids = await asyncio.gather(*(t.send("chunks 3 0") for t in tabs))
@@ -132,9 +132,13 @@ def main(argv: list[str] | None = None) -> None:
                              "to production's 25 s)")
     parser.add_argument("--profile", type=Path, default=None,
                         help="record py-spy profiles (collapsed stacks) of ours into this folder")
+    parser.add_argument("--timeline", action="store_true",
+                        help="log and report where each live interruption spends its time in "
+                             "the server processes (bench/timeline.py)")
     parser.add_argument("--out", type=Path, default=RESULTS, help="results folder")
     args = parser.parse_args(argv)
-    from bench.cases import CASES, Ctx, Options
+    from bench.cases import CASES
+    from bench.harness import Ctx, Options
 
     names = [n for n in args.only.split(",") if n] or list(CASES)
     if unknown := [n for n in names if n not in CASES]:
@@ -148,6 +152,10 @@ def main(argv: list[str] | None = None) -> None:
 
     django.setup()
     args.workers = args.workers or (1 if args.smoke else 2)
+    if args.timeline:
+        from bench import timeline
+
+        timeline.enable()
     stack = st.Stack(workers=args.workers, ping=args.ping)
     started = time.perf_counter()
     loadavg = " ".join(f"{x:.2f}" for x in os.getloadavg())
@@ -179,6 +187,8 @@ def main(argv: list[str] | None = None) -> None:
                   "debug": False, "compression": "off (Daphne accepts none; baselines none)"},
         "cases": cases,
     }
+    if args.timeline:
+        report["timeline"] = timeline.phases([p.log for p in stack.procs])
     args.out.mkdir(parents=True, exist_ok=True)
     stem = "smoke" if args.smoke else "latest"
     (args.out / f"{stem}.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
@@ -186,6 +196,12 @@ def main(argv: list[str] | None = None) -> None:
     (args.out / f"{stem}.md").write_text(table)
     print()
     print(table)
+    if args.timeline:
+        found = report["timeline"]
+        print(f"timeline of {found['interruptions']} interruptions (ms; missing steps: "
+              f"{', '.join(found['missing']) or 'none'}):")
+        for label, figures in found["phases"].items():
+            print(f"   {label:<75} p50 {figures['p50']:7.1f}  p90 {figures['p90']:7.1f}")
     print(f"wrote {args.out}/{stem}.json and {stem}.md in {report['seconds']:.0f} s; "
           f"server logs in {st.LOG_DIR}")
     failed = [n for n, c in cases.items() if "error" in c]

@@ -8,12 +8,17 @@ Invariants:
   no reply.
 * Streams use HTTP/1.1 chunked encoding; a scripted disconnect shuts the socket down mid-body.
 * Scripted waits (``chunk_delay``, ``hang``) wait on the owner's ``stopping`` event, so ``stop()``
-  ends them at once.
+  ends them at once. A ``chunk_delay`` wait also watches the socket: a client that closes its end
+  mid-stream (a cancelled answer) ends the stream at once as ``client_closed``, so ``ended_at``
+  is the moment the close arrived, not the next write.
+* ``received_at`` and ``ended_at`` are ``time.monotonic()`` values: on Linux one clock for every
+  process of the machine, so they compare with stamps taken by a client in another process.
 """
 
 from __future__ import annotations
 
 import json
+import select
 import socket
 import sys
 import threading
@@ -30,11 +35,16 @@ if TYPE_CHECKING:
     from rtcagent.devtools.scripted_llm import ScriptedLLM
 
 _CONTROL = "/__scripted__/"
+_STOP_POLL = 0.05  # seconds: how often a wait that watches the socket also checks ``stopping``
 
 
 @dataclass
 class RecordedRequest:
-    """One request the server received, as the client sent it."""
+    """One request the server received, as the client sent it.
+
+    ``received_at``: when its body had been read; ``ended_at``: when its answer ended (for
+    ``client_closed``, when the client's close arrived), None while pending.
+    """
 
     method: str
     path: str
@@ -43,8 +53,10 @@ class RecordedRequest:
     received_at: float = field(default_factory=time.monotonic)
     outcome: str = "pending"
     done: threading.Event = field(default_factory=threading.Event, repr=False)
+    ended_at: float | None = None
 
     def finish(self, outcome: str) -> None:
+        self.ended_at = time.monotonic()
         self.outcome = outcome
         self.done.set()
 
@@ -55,6 +67,8 @@ class RecordedRequest:
             "headers": self.headers,
             "body": self.body,
             "outcome": self.outcome,
+            "received_at": self.received_at,
+            "ended_at": self.ended_at,
         }
 
 
@@ -122,6 +136,37 @@ class ScriptedHandler(BaseHTTPRequestHandler):
             self.connection.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
+
+    def _pause(self, seconds: float) -> str | None:
+        """Wait ``seconds`` before the next chunk: ``"stopping"`` once ``stop()`` is called,
+        ``"client_closed"`` as soon as the client closes its end (EOF or reset on the socket),
+        else None when the time is up."""
+        owner = self.server.owner
+        deadline = time.monotonic() + seconds
+        poller: select.poll | None = select.poll()  # not select(): any fd number works
+        try:
+            poller.register(self.connection, select.POLLIN)
+        except (OSError, ValueError):
+            poller = None
+        while True:
+            if owner.stopping.is_set():
+                return "stopping"
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            if poller is None:
+                owner.stopping.wait(left)
+                continue
+            try:
+                ready = poller.poll(min(left, _STOP_POLL) * 1000)
+                # Mid-answer an HTTP/1.1 client sends nothing: readable means closed, unless
+                # it pipelined its next request, which is left for after the answer.
+                if ready and not self.connection.recv(1, socket.MSG_PEEK):
+                    return "stopping" if owner.stopping.is_set() else "client_closed"
+            except (OSError, ValueError):  # reset, or the socket is already closed
+                return "stopping" if owner.stopping.is_set() else "client_closed"
+            if ready:
+                poller = None
 
     def _read_body(self) -> bytes:
         length = int(self.headers.get("Content-Length") or 0)
@@ -292,9 +337,14 @@ class ScriptedHandler(BaseHTTPRequestHandler):
                 if cut_after is not None and sent >= cut_after:
                     self._drop()
                     return "disconnected"
-                if delay and owner.stopping.wait(delay):
-                    self._drop()
-                    return "disconnected"
+                if delay:
+                    ended = self._pause(delay)
+                    if ended == "stopping":
+                        self._drop()
+                        return "disconnected"
+                    if ended == "client_closed":
+                        self.close_connection = True
+                        return "client_closed"
                 if reply.get("malformed") and sent == 2:
                     self._write_chunk(b'data: {"id": "chatcmpl-broken", "choices": [{"delta": \n\n')
                     break

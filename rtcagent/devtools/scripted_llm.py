@@ -13,6 +13,8 @@ Invariants:
   ``authorization``, parsed JSON body) before it is answered; its ``outcome`` is set when the
   answer ends: ``completed``, ``error``, ``hung``, ``disconnected`` (the script closed the socket),
   ``client_closed`` (the client went away mid-stream) or ``invalid``; ``done`` is then set.
+  ``received_at`` and ``ended_at`` (``time.monotonic()``) say when it arrived and when its answer
+  ended; a client closing a stream during a ``chunk_delay`` is seen at once, not at the next write.
 * Streams use HTTP/1.1 chunked encoding, so a scripted disconnect is seen by the client as a
   truncated body, exactly like a dropped upstream connection.
 * ``stop()`` wakes every scripted delay or hang and shuts down open connections.

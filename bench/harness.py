@@ -1,0 +1,55 @@
+"""What every case shares: the run's options and context, targets, and alternating rounds.
+
+A case gets a ``Ctx`` (the stack, the options, a way to make users) and returns
+``{"ratios": [...], ...}``; ``alternate`` runs ours and a baseline in rounds whose order flips
+each round, with the CPU time per operation of each side's server processes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from bench.stack import Stack
+from bench.stats import Side, proc_cpu
+
+NS = 1e6  # nanoseconds per millisecond
+
+
+@dataclass
+class Options:
+    smoke: bool = False
+    rounds: int = 5  # kept rounds; one warm-up round more is run and discarded
+
+    def pick(self, full: Any, smoke: Any) -> Any:
+        return smoke if self.smoke else full
+
+
+@dataclass
+class Ctx:
+    stack: Stack
+    opts: Options
+    users: Callable[[int], list[tuple[Any, str]]]  # n -> [(user, token)]
+
+
+def target(name: str, value: float, limit: float, *, most: bool = True, unit: str = "x") -> dict:
+    """A ratio (or figure) with its target: ``value <= limit`` (``most``) or ``>= limit``."""
+    ok = value <= limit if most else value >= limit
+    return {"name": name, "value": value, "target": f"{'<=' if most else '>='} {limit:g}{unit}",
+            "ok": bool(ok)}
+
+
+async def alternate(rounds: int, ours: Callable[[], Awaitable[tuple[list[float], int]]],
+                    base: Callable[[], Awaitable[tuple[list[float], int]]],
+                    ours_pids: list[int], base_pids: list[int]) -> tuple[Side, Side]:
+    """Run ``rounds`` + 1 rounds, the order flipping each round; CPU per operation from /proc."""
+    sides = (Side(), Side())
+    runs = ((ours, ours_pids, 0), (base, base_pids, 1))
+    for r in range(rounds + 1):
+        for fn, pids, index in runs if r % 2 == 0 else runs[::-1]:
+            before = proc_cpu(pids)
+            samples, ops = await fn()
+            cpu = proc_cpu(pids) - before
+            sides[index].add(samples, cpu / ops if ops else None)
+    return sides
