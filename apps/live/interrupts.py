@@ -15,6 +15,7 @@ Redis stops the turn at its next poll, as for any stop.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import threading
 import time
@@ -34,6 +35,7 @@ class Watch:
 
     def __init__(self) -> None:
         self.fired = threading.Event()
+        self.next_text = ""  # the input that cut the turn, when its publication carried it
         self._abort: Callable[[], None] | None = None
         self._lock = threading.Lock()
 
@@ -45,7 +47,9 @@ class Watch:
         if fired and abort is not None:
             abort()
 
-    def fire(self) -> None:
+    def fire(self, text: str = "") -> None:
+        if text:
+            self.next_text = text
         self.fired.set()
         with self._lock:
             abort = self._abort
@@ -77,19 +81,27 @@ def unwatch(turn_id: str) -> None:
         _watches.pop(turn_id, None)
 
 
-def interrupt(turn_id: str) -> None:
-    """Ask the process streaming ``turn_id`` to drop its stream now (best effort)."""
+def interrupt(turn_id: str, text: str = "") -> None:
+    """Ask the process streaming ``turn_id`` to drop its stream now (best effort); ``text`` is
+    the input that cuts it, which that process may send to the model ahead of the next turn
+    (``apps.live.ports``)."""
     try:
-        get_redis().publish(keys.live_interrupts(), turn_id)
+        get_redis().publish(keys.live_interrupts(),
+                            json.dumps({"turn": turn_id, "text": text}, ensure_ascii=False))
     except redis.RedisError:
         log.warning("live interrupt of turn %s not published; the stop flag will do", turn_id)
 
 
-def _fire(turn_id: str) -> None:
+def _fire(payload: str) -> None:
+    try:
+        data = json.loads(payload)
+        turn_id, text = str(data["turn"]), str(data.get("text") or "")
+    except (ValueError, KeyError, TypeError):
+        turn_id, text = payload, ""
     with _lock:
         w = _watches.get(turn_id)
     if w is not None:
-        w.fire()
+        w.fire(text)
 
 
 def listen() -> None:

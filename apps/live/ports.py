@@ -8,7 +8,9 @@ every other session). What differs from an ordinary turn:
   within a chunk's processing, not at the next poll. A tool that runs is never cut: the flag is
   only read between steps, and a turn waiting on an RTC stays waiting (``waits_out_tools``: the
   worker does not turn the flag into a stop that fails the RTC); it is cancelled once the
-  result is recorded. Calls of the cut answer that had not started get an explicit cancelled
+  result is recorded. A streaming answer cut by an input sends the request of the input's turn
+  ahead (``_Prefetch``): that turn uses it only when its own prompt is the same. Calls of the
+  cut answer that had not started get an explicit cancelled
   result, so every call in the history has its result.
 * **Text out.** Every text delta also goes to the call's output channel (``channel.output`` on
   ``live:u=<id>``), and each answer's end is announced (``channel.output.end``, with
@@ -24,14 +26,17 @@ every other session). What differs from an ordinary turn:
 
 from __future__ import annotations
 
+import logging
+import queue
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from apps.gateway.events import publish_live
 from apps.turns import conversation
 from apps.turns.context import message_parts
-from apps.turns.engine import Checkpoint
-from apps.turns.llm import ChatModel, Event
+from apps.turns.engine import Checkpoint, validate
+from apps.turns.llm import Cancelled, ChatModel, Event
 from apps.turns.models import Turn
 from apps.turns.runner import DjangoTurnPorts, tools_for
 from rtcagent.conf import rtc_setting
@@ -39,6 +44,8 @@ from rtcagent.conf import rtc_setting
 from . import interrupts
 from .models import LiveCall
 from .services import live_setting
+
+log = logging.getLogger(__name__)
 
 LIVE_PROMPT = (
     "You are the voice of a live call: the caller speaks to you now, and what you write is "
@@ -76,21 +83,143 @@ def ports_for(turn: Turn, llm: ChatModel, lost: Callable[[], bool]) -> DjangoTur
     return LivePorts(turn, llm, lost, call=call)
 
 
-class _Abortable:
-    """The model client, handing each open response's abort to the turn's watch."""
+def _open(llm: ChatModel, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+          should_cancel: Callable[[], bool] | None,
+          on_open: Callable[[Callable[[], None] | None], None]) -> Iterator[Event]:
+    try:
+        return llm.stream(messages, tools, should_cancel=should_cancel,
+                          on_open=on_open)  # type: ignore[call-arg]
+    except TypeError:  # a model without ``on_open``: the flag alone cuts its stream
+        return llm.stream(messages, tools, should_cancel=should_cancel)
 
-    def __init__(self, llm: ChatModel, watch: interrupts.Watch) -> None:
+
+class _Prefetch:
+    """The next turn's model request, sent as soon as an input cut the turn.
+
+    When an input cuts a streaming answer, the turn that answers it would otherwise send its
+    request only after the cut turn's bookkeeping and the new turn's set-up (several
+    transactions). The cut turn predicts that request (its own prompt, the text heard so far,
+    the input) and sends it at once from a thread that buffers the events; the next turn of the
+    session in this process uses it only when the prompt it built from the database is exactly
+    the predicted one (the same bytes the model would have been sent), else closes it. Unused,
+    it is closed after ``PREFETCH_TTL`` seconds.
+    """
+
+    def __init__(self, llm: ChatModel, messages: list[dict[str, Any]],
+                 tools: list[dict[str, Any]] | None) -> None:
+        self.messages, self.tools = messages, tools
+        self.events: queue.Queue[tuple[str, Any]] = queue.Queue()
+        self._closed = threading.Event()
+        self._abort: Callable[[], None] | None = None
+        self._lock = threading.Lock()
+        self._taken = False
+        self._thread = threading.Thread(target=self._run, args=(llm,), daemon=True,
+                                        name="live-prefetch")
+        self._thread.start()
+        self._timer = threading.Timer(PREFETCH_TTL, self._expire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _run(self, llm: ChatModel) -> None:
+        try:
+            for event in _open(llm, self.messages, self.tools, self._closed.is_set,
+                               self._set_abort):
+                self.events.put(("event", event))
+            self.events.put(("end", None))
+        except BaseException as exc:  # handed to the consumer, who raises it in its thread
+            self.events.put(("error", exc))
+
+    def _set_abort(self, abort: Callable[[], None] | None) -> None:
+        with self._lock:
+            self._abort = abort
+        if abort is not None and self._closed.is_set():
+            abort()
+
+    def _expire(self) -> None:
+        with self._lock:
+            taken = self._taken
+        if not taken:
+            self.close()
+
+    def close(self) -> None:
+        self._closed.set()
+        with self._lock:
+            abort = self._abort
+        if abort is not None:
+            abort()
+
+    def consume(self, should_cancel: Callable[[], bool],
+                on_open: Callable[[Callable[[], None] | None], None]) -> Iterator[Event]:
+        """The buffered events, then the rest as they come; cut like any stream."""
+        with self._lock:
+            self._taken = True
+        self._timer.cancel()
+        on_open(self.close)
+        try:
+            while True:
+                try:
+                    kind, value = self.events.get(timeout=0.05)
+                except queue.Empty:
+                    if should_cancel():
+                        raise Cancelled() from None
+                    continue
+                if kind == "end":
+                    return
+                if kind == "error":
+                    raise value
+                if should_cancel():
+                    raise Cancelled()
+                yield value
+        finally:
+            on_open(None)
+            self.close()
+
+
+PREFETCH_TTL = 10.0
+_prefetched: dict[str, _Prefetch] = {}
+_prefetch_lock = threading.Lock()
+
+
+def _put_prefetch(session_id: str, fetch: _Prefetch) -> None:
+    with _prefetch_lock:
+        old = _prefetched.pop(session_id, None)
+        _prefetched[session_id] = fetch
+    if old is not None:
+        old.close()
+
+
+def _take_prefetch(session_id: str, messages: list[dict[str, Any]],
+                   tools: list[dict[str, Any]] | None) -> _Prefetch | None:
+    with _prefetch_lock:
+        fetch = _prefetched.pop(session_id, None)
+    if fetch is None:
+        return None
+    if fetch.messages == messages and fetch.tools == tools and not fetch._closed.is_set():
+        return fetch
+    fetch.close()  # the conversation changed meanwhile (another input, a window shift)
+    return None
+
+
+class _Abortable:
+    """The model client, handing each open response's abort to the turn's watch, and using
+    the request an earlier cut sent ahead when it is exactly this one."""
+
+    def __init__(self, llm: ChatModel, watch: interrupts.Watch, session_id: str) -> None:
         self._llm = llm
         self._watch = watch
+        self._session_id = session_id
         self.model = getattr(llm, "model", None)
 
     def stream(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, *,
                should_cancel: Callable[[], bool] | None = None) -> Iterator[Event]:
-        try:
-            return self._llm.stream(messages, tools, should_cancel=should_cancel,
-                                    on_open=self._watch.set_abort)  # type: ignore[call-arg]
-        except TypeError:  # a model without ``on_open``: the flag alone cuts its stream
-            return self._llm.stream(messages, tools, should_cancel=should_cancel)
+        fetch = _take_prefetch(self._session_id, messages, tools)
+        if fetch is not None:
+            return fetch.consume(should_cancel or (lambda: False), self._watch.set_abort)
+        return _open(self._llm, messages, tools, should_cancel, self._watch.set_abort)
+
+    def prefetch(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+                 ) -> None:
+        _put_prefetch(self._session_id, _Prefetch(self._llm, messages, tools))
 
 
 class LivePorts(DjangoTurnPorts):
@@ -101,8 +230,9 @@ class LivePorts(DjangoTurnPorts):
         super().__init__(turn, llm, lost)
         self.call = call
         self.watch = interrupts.watch(self.tid)
-        self.llm = _Abortable(llm, self.watch)  # type: ignore[assignment]
+        self.llm = _Abortable(llm, self.watch, str(self.session.id))  # type: ignore[assignment]
         self._out_seq = 0
+        self._blocks: list[list[dict[str, Any]]] | None = None  # of the last prompt built
 
     def close(self) -> None:
         interrupts.unwatch(self.tid)
@@ -132,7 +262,11 @@ class LivePorts(DjangoTurnPorts):
         self.settle()
         self._step = cp.step
         blocks = conversation.load(self.session, self.turn, turn_steps=cp.step).blocks
-        kept = window([b.messages for b in blocks], live_setting("LIVE_WINDOW_MESSAGES"),
+        self._blocks = [b.messages for b in blocks]
+        return self._windowed(self._blocks)
+
+    def _windowed(self, blocks: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+        kept = window(blocks, live_setting("LIVE_WINDOW_MESSAGES"),
                       live_setting("LIVE_WINDOW_TOKENS"))
         return [{"role": "system", "content": self.system()}, *kept]
 
@@ -161,9 +295,25 @@ class LivePorts(DjangoTurnPorts):
 
     def finish_answer(self, step: int, text: str, reasoning: str, usage: Any, *,
                       cancelled: bool = False) -> None:
+        if cancelled and self.watch.next_text and self._blocks is not None:
+            self._send_ahead(text)
         super().finish_answer(step, text, reasoning, usage, cancelled=cancelled)
         if text or cancelled:
             self._out({"type": "channel.output.end", "text": text, "interrupted": cancelled})
+
+    def _send_ahead(self, heard: str) -> None:
+        """Send the request of the turn the cutting input will start, now (``_Prefetch``):
+        the conversation the cut prompt held, the text heard so far, then the input, as the
+        next turn will build it from the database."""
+        assert self._blocks is not None
+        blocks = [*self._blocks]
+        if heard:
+            blocks.append([{"role": "assistant", "content": heard}])
+        blocks.append([{"role": "user", "content": self.watch.next_text}])
+        try:
+            self.llm.prefetch(validate(self._windowed(blocks)), self.tools() or None)
+        except Exception:  # the next turn sends its own request
+            log.exception("sending a live call's next request ahead failed")
 
     def before_tools(self, step: int, text: str) -> str:
         if text.strip():

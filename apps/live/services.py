@@ -282,6 +282,13 @@ def channel_input(*, user_id: int, name: str, text: str, client_id: str = "") ->
     earlier = Message.objects.filter(user_id=user_id, client_id=cid).first()
     if earlier is not None:  # the same input again (a retried RPC): delivered once
         return Delivered(True, str(call.id), str(earlier.id), False)
+    # A streaming turn is cut first, before any of the bookkeeping below: its worker drops the
+    # stream (and may send this input to the model ahead of the next turn) while this commits.
+    early = (Turn.objects.filter(session_id=call.session_id, status=TurnStatus.RUNNING)
+             .values_list("id", flat=True).first())
+    if early is not None:
+        state.raise_stop_flag(str(early))
+        interrupts.interrupt(str(early), text)
     interrupted_turn: str | None = None
     signal: str | None = None
     with transaction.atomic():
@@ -324,7 +331,7 @@ def channel_input(*, user_id: int, name: str, text: str, client_id: str = "") ->
         # worker holding the session takes this input next, without a round through the queue
         transaction.on_commit(lambda: enqueue_message(session_id, msg.id, user_id=user_id),
                               robust=True)
-        if signal is not None:
+        if signal is not None and signal != str(early):
             transaction.on_commit(lambda: interrupts.interrupt(signal), robust=True)
     if interrupted_turn is not None:
         publish_live(user_id, {

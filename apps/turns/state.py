@@ -115,6 +115,12 @@ def request_stop(turn_id: str) -> None:
     get_redis().set(_stop(turn_id), "1", ex=STOP_TTL)
 
 
+def raise_stop_flag(turn_id: str) -> None:
+    """Only the Redis flag of ``request_stop``, at once (a live call's input raises it before
+    its transaction, which records the stop in PostgreSQL too)."""
+    get_redis().set(_stop(turn_id), "1", ex=STOP_TTL)
+
+
 def stop_requested(turn_id: str, *, durable: bool = False) -> bool:
     """True when a stop was requested. Redis answers, unless it holds no checkpoint of the
     turn (it lost its data, or could not take the copy back): then PostgreSQL does, and its

@@ -86,7 +86,8 @@ def test_index_shows_the_theme_readable_names_and_the_console_links(staff: Clien
     assert "data:image/svg+xml" in page and "%23FCA311" in page  # the inline logo
     sections = re.findall(r'class="section" title="[^"]*">([^<]*)</a>', page)
     assert sections == ["Accounts", "Admin Interface", "Attachments",
-                        "Authentication and Authorization", "Goals, loops and todos", "Memory",
+                        "Authentication and Authorization", "Goals, loops and todos", "Live calls",
+                        "Memory",
                         "Object storage", "Operations", "Remote tool calls", "Sessions", "Turns"]
     assert 'href="/admin/system/"' in page and 'href="/admin/usage/"' in page
     assert "/admin/admin_interface/theme/" in page  # a superuser sees the theme

@@ -161,7 +161,7 @@ def test_level_3_cuts_the_summary_when_minimal_retention_is_not_enough(model, ma
 
     answer = bodies(model)[-1]
     assert len(bodies(model)) == 7  # two summaries, one answer
-    cut = truncate_output(SUMMARY_HEADER + longer, 1250, count_text)  # a quarter of 5,000
+    cut = truncate_output(SUMMARY_HEADER + longer, 1312, count_text)  # a quarter of 5,250
     assert answer["messages"] == [
         system(), {"role": "system", "content": cut},
         {"role": "user", "content": paragraph(4)},

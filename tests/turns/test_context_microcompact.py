@@ -61,8 +61,8 @@ def test_old_outputs_are_cleared_once_the_cache_is_cold_and_stay_cleared(model, 
 
 
 def test_reaching_the_threshold_clears_old_outputs_before_any_summary(model, make_user) -> None:
-    # The tool schemas and the system prompt take about 1,550 tokens; each page about 1,000.
-    set_profile(context_window=6300, max_output_tokens=500, autocompact_buffer=1000,
+    # The tool schemas and the system prompt take about 1,760 tokens; each page about 1,000.
+    set_profile(context_window=6510, max_output_tokens=500, autocompact_buffer=1000,
                 keep_recent_tool_results=1, tool_result_budget=1200)
     page = "word " * 1000
     assert 950 < count_text(page) < 1050
