@@ -264,24 +264,22 @@ def channel_input(*, user_id: int, name: str, text: str, client_id: str = "") ->
         raise InvalidRequest(f"text: at most {most} characters")
     if len(client_id) > 100:
         raise InvalidRequest("client_id: at most 100 characters")
-    channel = channel_get(user_id=user_id, name=name)
-    if channel.direction != Direction.IN:
-        raise InvalidRequest(f"channel {name!r} is an output channel; input goes to an input "
-                             "channel")
+    # The hot path (a call reads the channel) costs two queries and two Redis round trips
+    # before the running turn is cut; everything else is checked after.
     call = LiveCall.objects.filter(user_id=user_id, input_channel=name,
                                    status=LiveStatus.RUNNING).first()
     if call is None:
-        return Delivered(False)
-    if Session.objects.filter(pk=call.session_id).exclude(
-            status=SessionStatus.CLOSED).filter(deleted_at__isnull=True).count() == 0:
-        # its session was stopped or deleted another way (a stopped tree, the user)
-        call_stop(call, reason="its session was closed", notify=True)
+        channel = channel_get(user_id=user_id, name=name)
+        if channel.direction != Direction.IN:
+            raise InvalidRequest(f"channel {name!r} is an output channel; input goes to an "
+                                 "input channel")
         return Delivered(False)
     _rate(call)
     cid = f"live:{call.id}:{client_id or uuid.uuid4().hex}"
-    earlier = Message.objects.filter(user_id=user_id, client_id=cid).first()
-    if earlier is not None:  # the same input again (a retried RPC): delivered once
-        return Delivered(True, str(call.id), str(earlier.id), False)
+    if client_id:
+        earlier = Message.objects.filter(user_id=user_id, client_id=cid).first()
+        if earlier is not None:  # the same input again (a retried RPC): delivered once
+            return Delivered(True, str(call.id), str(earlier.id), False)
     # A streaming turn is cut first, before any of the bookkeeping below: its worker drops the
     # stream (and may send this input to the model ahead of the next turn) while this commits.
     early = (Turn.objects.filter(session_id=call.session_id, status=TurnStatus.RUNNING)
@@ -289,6 +287,11 @@ def channel_input(*, user_id: int, name: str, text: str, client_id: str = "") ->
     if early is not None:
         state.raise_stop_flag(str(early))
         interrupts.interrupt(str(early), text)
+    if Session.objects.filter(pk=call.session_id).exclude(
+            status=SessionStatus.CLOSED).filter(deleted_at__isnull=True).count() == 0:
+        # its session was stopped or deleted another way (a stopped tree, the user)
+        call_stop(call, reason="its session was closed", notify=True)
+        return Delivered(False)
     interrupted_turn: str | None = None
     signal: str | None = None
     with transaction.atomic():
