@@ -43,21 +43,20 @@ class Watch:
         """The way to drop the model's response now open (None: no response open)."""
         with self._lock:
             self._abort = abort
-            fired = self.fired.is_set()
-        if fired and abort is not None:
-            abort()
+            if abort is not None and self.fired.is_set():
+                abort()
 
     def fire(self, text: str = "") -> None:
         if text:
             self.next_text = text
         self.fired.set()
-        with self._lock:
-            abort = self._abort
-        if abort is not None:
-            try:
-                abort()
-            except Exception:  # the stream ends anyway at the flag's next check
-                log.exception("aborting a live turn's model response failed")
+        with self._lock:  # held while aborting: ``set_abort(None)`` waits, so a response
+            abort = self._abort  # that has closed is never aborted after it was released
+            if abort is not None:
+                try:
+                    abort()
+                except Exception:  # the stream ends anyway at the flag's next check
+                    log.exception("aborting a live turn's model response failed")
 
 
 _watches: dict[str, Watch] = {}
@@ -111,12 +110,15 @@ def listen() -> None:
 
 def _ensure_listening() -> None:
     global _listener
+    started = False
     with _lock:
         if _listener is None or not _listener.is_alive():
             _ready.clear()
             _listener = threading.Thread(target=_listen, name="live-interrupts", daemon=True)
             _listener.start()
-    _ready.wait(2.0)  # subscribed before the first turn streams (else: the flag's latency)
+            started = True
+    if started:  # subscribed before the first turn streams (else: the flag's latency)
+        _ready.wait(2.0)
 
 
 def _listen() -> None:
@@ -128,9 +130,14 @@ def _listen() -> None:
         try:
             pubsub.subscribe(keys.live_interrupts())
             _ready.set()
-            for message in pubsub.listen():
-                if message.get("type") == "message":
+            pinged = time.monotonic()
+            while True:
+                message = pubsub.get_message(timeout=5.0)
+                if message is not None and message.get("type") == "message":
                     _fire(str(message.get("data")))
+                if time.monotonic() - pinged > 30:  # a half-open socket fails here
+                    pubsub.ping()
+                    pinged = time.monotonic()
         except redis.RedisError as exc:
             log.warning("live interrupt listener lost Redis (%s); reconnecting", exc)
         except Exception:

@@ -38,7 +38,9 @@ from apps.turns.context import message_parts
 from apps.turns.engine import Checkpoint, validate
 from apps.turns.llm import Cancelled, ChatModel, Event
 from apps.turns.models import Turn
+from apps.turns.prompt import truncate_output
 from apps.turns.runner import DjangoTurnPorts, tools_for
+from apps.turns.tokens import count_text
 from rtcagent.conf import rtc_setting
 
 from . import interrupts
@@ -110,6 +112,7 @@ class _Prefetch:
         self.messages, self.tools = messages, tools
         self.events: queue.Queue[tuple[str, Any]] = queue.Queue()
         self._closed = threading.Event()
+        self.opened = threading.Event()  # the response is open (or the request failed)
         self._abort: Callable[[], None] | None = None
         self._lock = threading.Lock()
         self._taken = False
@@ -128,18 +131,26 @@ class _Prefetch:
             self.events.put(("end", None))
         except BaseException as exc:  # handed to the consumer, who raises it in its thread
             self.events.put(("error", exc))
+        finally:
+            self.opened.set()
 
     def _set_abort(self, abort: Callable[[], None] | None) -> None:
         with self._lock:
             self._abort = abort
-        if abort is not None and self._closed.is_set():
-            abort()
+        if abort is not None:
+            self.opened.set()
+            if self._closed.is_set():
+                abort()
 
     def _expire(self) -> None:
         with self._lock:
             taken = self._taken
         if not taken:
             self.close()
+            with _prefetch_lock:
+                for key, fetch in list(_prefetched.items()):
+                    if fetch is self:
+                        del _prefetched[key]
 
     def close(self) -> None:
         self._closed.set()
@@ -176,6 +187,7 @@ class _Prefetch:
 
 
 PREFETCH_TTL = 10.0
+PREFETCH_HEAD_START = 0.05
 _prefetched: dict[str, _Prefetch] = {}
 _prefetch_lock = threading.Lock()
 
@@ -219,7 +231,11 @@ class _Abortable:
 
     def prefetch(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
                  ) -> None:
-        _put_prefetch(self._session_id, _Prefetch(self._llm, messages, tools))
+        """Send the request now; return once it is out (at most ``PREFETCH_HEAD_START``
+        seconds): the caller's bookkeeping would otherwise compete with it for the GIL."""
+        fetch = _Prefetch(self._llm, messages, tools)
+        _put_prefetch(self._session_id, fetch)
+        fetch.opened.wait(PREFETCH_HEAD_START)
 
 
 class LivePorts(DjangoTurnPorts):
@@ -233,6 +249,7 @@ class LivePorts(DjangoTurnPorts):
         self.llm = _Abortable(llm, self.watch, str(self.session.id))  # type: ignore[assignment]
         self._out_seq = 0
         self._blocks: list[list[dict[str, Any]]] | None = None  # of the last prompt built
+        self._keep = 1  # blocks at the end the window always keeps: the turn's input on
 
     def close(self) -> None:
         interrupts.unwatch(self.tid)
@@ -262,13 +279,28 @@ class LivePorts(DjangoTurnPorts):
         self.settle()
         self._step = cp.step
         blocks = conversation.load(self.session, self.turn, turn_steps=cp.step).blocks
-        self._blocks = [b.messages for b in blocks]
+        budget = self.profile.tool_result_budget
+        self._blocks = [[_cut(m, budget) for m in b.messages] for b in blocks]
+        # the turn's own input always stays in: from the block of its trigger message on
+        trigger = self.turn.trigger_message_id
+        self._keep = next((len(blocks) - i for i, b in enumerate(blocks)
+                           if trigger is not None and b.anchor == trigger), 1)
         return self._windowed(self._blocks)
 
     def _windowed(self, blocks: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
         kept = window(blocks, live_setting("LIVE_WINDOW_MESSAGES"),
-                      live_setting("LIVE_WINDOW_TOKENS"))
+                      live_setting("LIVE_WINDOW_TOKENS"), keep=self._keep)
         return [{"role": "system", "content": self.system()}, *kept]
+
+    def is_server_tool(self, name: str) -> bool:
+        """A call's tools only: a model naming one it was not offered is told it is unknown."""
+        return name not in NOT_IN_CALLS and super().is_server_tool(name)
+
+    def hung_up(self) -> bool:
+        """The call was stopped or its session closed: its turn stops, even during a tool."""
+        return not LiveCall.objects.filter(
+            pk=self.call.pk, status="running", session__deleted_at__isnull=True,
+        ).exclude(session__status="closed").exists()
 
     def context_overflow(self, cp: Checkpoint) -> bool:
         return False  # the window is the call's only context management
@@ -291,15 +323,19 @@ class LivePorts(DjangoTurnPorts):
         super().delta(step, kind, text)
         if kind == "markdown" and text:
             self._out_seq += 1
-            self._out({"type": "channel.output", "delta": text, "seq": self._out_seq})
+            msg = self._streams[(step, kind)]
+            self._out({"type": "channel.output", "message_id": str(msg.id), "delta": text,
+                       "seq": self._out_seq})
 
     def finish_answer(self, step: int, text: str, reasoning: str, usage: Any, *,
                       cancelled: bool = False) -> None:
         if cancelled and self.watch.next_text and self._blocks is not None:
             self._send_ahead(text)
+        streamed = self._streams.get((step, "markdown"))
         super().finish_answer(step, text, reasoning, usage, cancelled=cancelled)
         if text or cancelled:
-            self._out({"type": "channel.output.end", "text": text, "interrupted": cancelled})
+            self._out({"type": "channel.output.end", "text": text, "interrupted": cancelled,
+                       "message_id": str(streamed.id) if streamed is not None else None})
 
     def _send_ahead(self, heard: str) -> None:
         """Send the request of the turn the cutting input will start, now (``_Prefetch``):
@@ -310,6 +346,7 @@ class LivePorts(DjangoTurnPorts):
         if heard:
             blocks.append([{"role": "assistant", "content": heard}])
         blocks.append([{"role": "user", "content": self.watch.next_text}])
+        self._keep = 1  # the next turn's own input: the last block
         try:
             self.llm.prefetch(validate(self._windowed(blocks)), self.tools() or None)
         except Exception:  # the next turn sends its own request
@@ -332,18 +369,27 @@ class LivePorts(DjangoTurnPorts):
         super().cancel(cp)
 
 
-def window(blocks: list[list[dict[str, Any]]], max_messages: int, max_tokens: int
-           ) -> list[dict[str, Any]]:
+def window(blocks: list[list[dict[str, Any]]], max_messages: int, max_tokens: int, *,
+           keep: int = 1) -> list[dict[str, Any]]:
     """The most recent whole blocks within ``max_messages`` and about ``max_tokens`` (the last
-    block always, however large): blocks are never split, so neither is a call and its
-    result."""
+    ``keep`` blocks always, however large): blocks are never split, so neither is a call and
+    its result."""
     kept: list[list[dict[str, Any]]] = []
     count = tokens = 0
     for block in reversed(blocks):
         size = sum(n for _, n in message_parts(block, None)[1:])
-        if kept and (count + len(block) > max_messages or tokens + size > max_tokens):
+        if len(kept) >= keep and (count + len(block) > max_messages
+                                  or tokens + size > max_tokens):
             break
         kept.append(block)
         count += len(block)
         tokens += size
     return [m for block in reversed(kept) for m in block]
+
+
+def _cut(message: dict[str, Any], budget: int) -> dict[str, Any]:
+    """A tool output within the tool-result budget (head and tail), as every prompt has it."""
+    if message.get("role") != "tool" or not isinstance(message.get("content"), str):
+        return message
+    cut = truncate_output(message["content"], budget, count_text)
+    return message if cut is message["content"] else {**message, "content": cut}

@@ -249,7 +249,7 @@ def channel_input(*, user_id: int, name: str, text: str, client_id: str = "") ->
     reads the channel."""
     from apps.turns import state
     from apps.turns.models import ACTIVE_TURN_STATUSES, Turn, TurnStatus
-    from apps.turns.queue import enqueue_message
+    from apps.turns.queue import enqueue_message, enqueue_resume
     from apps.turns.runner import publish_turn
     from apps.turns.services import turn_transition
 
@@ -266,14 +266,11 @@ def channel_input(*, user_id: int, name: str, text: str, client_id: str = "") ->
         raise InvalidRequest("client_id: at most 100 characters")
     # The hot path (a call reads the channel) costs two queries and two Redis round trips
     # before the running turn is cut; everything else is checked after.
-    call = LiveCall.objects.filter(user_id=user_id, input_channel=name,
-                                   status=LiveStatus.RUNNING).first()
+    call = (LiveCall.objects.filter(user_id=user_id, input_channel=name,
+                                    status=LiveStatus.RUNNING, session__deleted_at__isnull=True)
+            .exclude(session__status=SessionStatus.CLOSED).first())
     if call is None:
-        channel = channel_get(user_id=user_id, name=name)
-        if channel.direction != Direction.IN:
-            raise InvalidRequest(f"channel {name!r} is an output channel; input goes to an "
-                                 "input channel")
-        return Delivered(False)
+        return _not_delivered(user_id, name)
     _rate(call)
     cid = f"live:{call.id}:{client_id or uuid.uuid4().hex}"
     if client_id:
@@ -287,16 +284,18 @@ def channel_input(*, user_id: int, name: str, text: str, client_id: str = "") ->
     if early is not None:
         state.raise_stop_flag(str(early))
         interrupts.interrupt(str(early), text)
-    if Session.objects.filter(pk=call.session_id).exclude(
-            status=SessionStatus.CLOSED).filter(deleted_at__isnull=True).count() == 0:
-        # its session was stopped or deleted another way (a stopped tree, the user)
-        call_stop(call, reason="its session was closed", notify=True)
-        return Delivered(False)
     interrupted_turn: str | None = None
     signal: str | None = None
+    resume: Any = None
     with transaction.atomic():
-        # the call's row lock orders this input with the worker starting a turn (``superseded``)
+        # the call's row lock orders this input with the worker starting a turn
+        # (``input_skipped``) and with ``call_stop``
         call = LiveCall.objects.select_for_update().get(pk=call.pk)
+        if call.status != LiveStatus.RUNNING:
+            return Delivered(False)  # stopped meanwhile: nothing stored, nothing cut
+        found = Message.objects.filter(user_id=user_id, client_id=cid).first()
+        if found is not None:  # a concurrent retry got here first: it cut and queued
+            return Delivered(True, str(call.id), str(found.id), False)
         turn = (Turn.objects.filter(session_id=call.session_id, status__in=ACTIVE_TURN_STATUSES)
                 .order_by("created_at").first())
         if turn is not None:
@@ -307,23 +306,23 @@ def channel_input(*, user_id: int, name: str, text: str, client_id: str = "") ->
                     turn = turn_transition(turn_id=turn.id, to=TurnStatus.CANCELLED,
                                            only_from=(TurnStatus.PENDING,))
                     publish_turn(turn)
+                    cancelled_id = str(turn.id)
+                    transaction.on_commit(lambda: state.checkpoint_delete(cancelled_id))
                 except InvalidState:
                     signal = str(turn.id)
+            elif turn.status == TurnStatus.INTERRUPTED and not _open_rtc(turn.id):
+                # waiting for the device, no tool running: its worker cancels it at once
+                resume = turn.id
             else:
                 signal = str(turn.id)
         offset = session_allocate_offsets(session_id=call.session_id)
-        try:
-            with transaction.atomic():
-                msg = Message.objects.create(
-                    session_id=call.session_id, user_id=user_id, client_id=cid,
-                    global_offset=offset, role=MessageRole.USER,
-                    content={"type": ContentType.USER_MESSAGE,
-                             "data": {"text": text, "origin": {
-                                 "kind": "live", "id": str(call.id), "channel": name}}},
-                )
-        except IntegrityError:
-            found = Message.objects.get(user_id=user_id, client_id=cid)
-            return Delivered(True, str(call.id), str(found.id), False)
+        msg = Message.objects.create(
+            session_id=call.session_id, user_id=user_id, client_id=cid,
+            global_offset=offset, role=MessageRole.USER,
+            content={"type": ContentType.USER_MESSAGE,
+                     "data": {"text": text, "origin": {
+                         "kind": "live", "id": str(call.id), "channel": name}}},
+        )
         LiveCall.objects.filter(pk=call.pk).update(
             inputs=call.inputs + 1,
             interruptions=call.interruptions + (1 if interrupted_turn else 0))
@@ -334,6 +333,9 @@ def channel_input(*, user_id: int, name: str, text: str, client_id: str = "") ->
         # worker holding the session takes this input next, without a round through the queue
         transaction.on_commit(lambda: enqueue_message(session_id, msg.id, user_id=user_id),
                               robust=True)
+        if resume is not None:
+            transaction.on_commit(lambda: enqueue_resume(session_id, resume, user_id=user_id),
+                                  robust=True)
         if signal is not None and signal != str(early):
             transaction.on_commit(lambda: interrupts.interrupt(signal), robust=True)
     if interrupted_turn is not None:
@@ -345,18 +347,53 @@ def channel_input(*, user_id: int, name: str, text: str, client_id: str = "") ->
     return Delivered(True, str(call.id), str(msg.id), interrupted_turn is not None)
 
 
-def superseded(msg: Message) -> bool:
-    """A call's input that a newer input of the same call followed before its turn began: it
-    stays in the conversation (the caller said it) but gets no turn of its own; the newer
-    input's turn answers both.
+def _not_delivered(user_id: int, name: str) -> Delivered:
+    """No running call reads ``name``: the channel's errors, and a call whose session was
+    stopped or deleted another way (a stopped tree, the user) stops now."""
+    channel = channel_get(user_id=user_id, name=name)
+    if channel.direction != Direction.IN:
+        raise InvalidRequest(f"channel {name!r} is an output channel; input goes to an input "
+                             "channel")
+    orphan = LiveCall.objects.filter(user_id=user_id, input_channel=name,
+                                     status=LiveStatus.RUNNING).first()
+    if orphan is not None:
+        call_stop(orphan, reason="its session was closed", notify=True)
+    return Delivered(False)
+
+
+def _open_rtc(turn_id: Any) -> bool:
+    from apps.rtc.models import TERMINAL_RTC_STATUSES, Rtc
+
+    return Rtc.objects.filter(turn_id=turn_id).exclude(status__in=TERMINAL_RTC_STATUSES).exists()
+
+
+def input_skipped(msg: Message) -> bool:
+    """Whether a call's input gets no turn: its call stopped (or its session closed), or a
+    newer input of the call followed before its turn began (it stays in the conversation, the
+    caller said it, and the newer input's turn, which takes it in, answers both).
 
     Inside the worker's transaction that would create the turn: the call's row lock orders
-    this check with ``channel_input`` (which takes it too), so an input either sees the turn
-    (and interrupts it) or is seen here."""
-    LiveCall.objects.select_for_update().filter(session_id=msg.session_id).first()
+    this check with ``channel_input`` and ``call_stop`` (which take it too), so an input either
+    sees the turn (and interrupts it) or is seen here, and no turn starts after a stop."""
+    call = LiveCall.objects.select_for_update().filter(session_id=msg.session_id).first()
+    if call is None:  # not a call's session (a parent's hand-over message)
+        return False
+    if call.status != LiveStatus.RUNNING:
+        return True
+    if not Session.objects.filter(pk=msg.session_id, deleted_at__isnull=True).exclude(
+            status=SessionStatus.CLOSED).exists():
+        return True
     return Message.objects.filter(
         session_id=msg.session_id, role=MessageRole.USER, turn__isnull=True,
         global_offset__gt=msg.global_offset, client_id__startswith="live:").exists()
+
+
+def take_in_earlier_inputs(msg: Message, turn: Any) -> None:
+    """The inputs this turn's input superseded become part of its turn (they are in its
+    prompt anyway), so no sweep ever takes them for messages whose turn was lost."""
+    Message.objects.filter(
+        session_id=msg.session_id, role=MessageRole.USER, turn__isnull=True,
+        global_offset__lt=msg.global_offset, client_id__startswith="live:").update(turn=turn)
 
 
 def _rate(call: LiveCall) -> None:
@@ -423,25 +460,30 @@ def call_stop(call: LiveCall, *, reason: str, notify: bool) -> bool:
     as a message (when the parent did not stop it itself)."""
     from apps.turns.services import turn_stop
 
-    changed = LiveCall.objects.filter(pk=call.pk, status=LiveStatus.RUNNING).update(
-        status=LiveStatus.STOPPED, stop_reason=reason[:255], stopped_at=timezone.now())
-    if not changed:
-        return False
-    call.refresh_from_db()
+    from . import interrupts
+
+    with transaction.atomic():
+        # under the row lock: an input or a turn start either sees the call stopped or was
+        # seen by this stop (``channel_input``, ``input_skipped``)
+        locked = LiveCall.objects.select_for_update().filter(pk=call.pk).first()
+        if locked is None or locked.status != LiveStatus.RUNNING:
+            return False
+        LiveCall.objects.filter(pk=call.pk).update(
+            status=LiveStatus.STOPPED, stop_reason=reason[:255], stopped_at=timezone.now())
+        call.refresh_from_db()
+        Session.objects.filter(pk=call.session_id).exclude(status=SessionStatus.CLOSED).update(
+            status=SessionStatus.CLOSED, closed_at=timezone.now(), updated_at=timezone.now())
+        child = Session.objects.select_related("parent_session", "root_session").get(
+            pk=call.session_id)
+        publish_update(user_id=call.user_id, items=[item("session", "updated", child.id)],
+                       data_list=[session_to_dict(child)])
+        event = call_event(call)
+        transaction.on_commit(lambda: publish_live(call.user_id, event))
+        if notify:
+            _tell_parent(call)
     turn = turn_stop(user_id=call.user_id, session_id=call.session_id)
     if turn is not None:
-        from . import interrupts
-
         interrupts.interrupt(str(turn.id))
-    Session.objects.filter(pk=call.session_id).exclude(status=SessionStatus.CLOSED).update(
-        status=SessionStatus.CLOSED, closed_at=timezone.now(), updated_at=timezone.now())
-    child = Session.objects.select_related("parent_session", "root_session").get(
-        pk=call.session_id)
-    publish_update(user_id=call.user_id, items=[item("session", "updated", child.id)],
-                   data_list=[session_to_dict(child)])
-    publish_live(call.user_id, call_event(call))
-    if notify:
-        _tell_parent(call)
     return True
 
 

@@ -85,8 +85,11 @@ def load(
         .values_list("id", "trigger_message__global_offset")
     )
 
-    def key(m: Message) -> tuple[int, int]:
-        return (starts.get(m.turn_id, m.global_offset), m.turn_offset if m.turn_id else 0)
+    def key(m: Message) -> tuple[int, int, int]:
+        # the offset last: a live call's turn takes in the inputs it answers, which share the
+        # trigger's place in it (``apps.live.services.take_in_earlier_inputs``)
+        return (starts.get(m.turn_id, m.global_offset), m.turn_offset if m.turn_id else 0,
+                m.global_offset)
 
     trigger = turn.trigger_message if turn is not None else None
     summaries = sorted(

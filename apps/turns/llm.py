@@ -383,7 +383,9 @@ def _abort(response: Any) -> None:
     import socket
 
     http = getattr(response, "response", None)
-    stream = http.extensions.get("network_stream") if http is not None else None
+    if http is None or http.is_closed:  # its connection may serve another request by now
+        return
+    stream = http.extensions.get("network_stream")
     sock = stream.get_extra_info("socket") if stream is not None else None
     if sock is None:
         return

@@ -40,7 +40,7 @@ from apps.attachments.services import attachments_purge_deleted
 from apps.gateway import stream
 from apps.gateway.events import item, publish_update
 from apps.live.ports import ports_for
-from apps.live.services import superseded
+from apps.live.services import input_skipped, take_in_earlier_inputs
 from apps.ops import processes
 from apps.rtc.models import TERMINAL_RTC_STATUSES, Rtc
 from apps.sessions.models import Message
@@ -280,8 +280,9 @@ class Worker:
             return  # stopped before its turn began: it never runs
         try:
             with transaction.atomic():
-                if msg.client_id.startswith("live:") and superseded(msg):
-                    return  # a live call's input that a newer one cut before it started
+                live = msg.client_id.startswith("live:")
+                if live and input_skipped(msg):
+                    return  # a newer input cut it before it started, or its call stopped
                 if Turn.objects.filter(session_id=session_id,
                                        status__in=ACTIVE_TURN_STATUSES).exists():
                     raise IntegrityError("active turn")
@@ -291,6 +292,8 @@ class Worker:
                 )
                 msg.turn = turn
                 msg.save(update_fields=["turn", "updated_at"])
+                if live:
+                    take_in_earlier_inputs(msg, turn)
                 publish_update(
                     user_id=msg.user_id,
                     items=[item("turn", "created", turn.id), item("message", "updated", msg.id)],
@@ -337,6 +340,8 @@ class Worker:
         if turn.stop_requested_at is not None:  # Redis may have lost the flag: the loop polls it
             state.restore_stop(str(turn.id))
         if not ports.begin():  # stopped (or finished) meanwhile
+            if ports.turn.status in TERMINAL_TURN_STATUSES:
+                state.checkpoint_delete(str(turn.id))
             queue.unpark(str(turn.session_id))
             return
         try:
@@ -350,9 +355,13 @@ class Worker:
             return
         park_session(str(turn.session_id))
         # A stop asked while the call was being created; PostgreSQL's word, whatever Redis lost.
-        # Not for a live call's turn: its flag is an interrupt, which waits for the tool.
-        if not getattr(ports, "waits_out_tools", False) and state.stop_requested(
-                str(turn.id), durable=True):
+        # Not for a live call's turn: its flag is an interrupt, which waits for the tool; but
+        # a call stopped meanwhile (hung up) stops it, tool or not.
+        if getattr(ports, "waits_out_tools", False):
+            stopped = ports.hung_up()  # type: ignore[attr-defined]
+        else:
+            stopped = state.stop_requested(str(turn.id), durable=True)
+        if stopped:
             from apps.turns.services import turn_stop
 
             turn_stop(user_id=turn.user_id, session_id=turn.session_id)
@@ -427,6 +436,7 @@ class Worker:
             .exclude(client_id="")
             .exclude(client_id__startswith="turn:")
             .exclude(session__sub_agent__status="stopped")
+            .exclude(session__live_call__status="stopped")
             .order_by("session_id", "global_offset")
         )
         for msg in orphans[:200]:

@@ -287,7 +287,7 @@ async def test_inputs_in_quick_succession_are_answered_once_by_the_newest(
             t["status"] in ("completed", "cancelled") for t in tab.turns(csid)))
         statuses = [t["status"] for t in sorted(tab.turns(csid), key=lambda t: t["created_at"])]
     # only the newest input's answer completed; no earlier one ran to its end
-    assert statuses[-1] == "completed" and set(statuses[:-1]) <= {"cancelled"}, (statuses, [(r.body["messages"][-1].get("content"), r.outcome) for r in model.requests])
+    assert statuses[-1] == "completed" and set(statuses[:-1]) <= {"cancelled"}, statuses
     for r in model.requests:
         last = r.body["messages"][-1].get("content")
         if last in ("first thought", "second thought"):
@@ -295,3 +295,95 @@ async def test_inputs_in_quick_succession_are_answered_once_by_the_newest(
     (final,) = _requests_with(model, "third thought")
     said = [m["content"] for m in final.body["messages"] if m["role"] == "user"]
     assert said == ["first thought", "second thought", "third thought"]  # in order, each once
+
+
+async def test_inputs_queued_behind_a_tool_are_answered_once_and_never_again_later(
+        gateway, model, make_workers, make_user) -> None:
+    """Inputs that arrive while a tool runs wait for it; the newest answers them all, and
+    the ones it took in are not picked up later as lost messages (the sweep runs every
+    second here, and takes messages without a turn after 1.5 s)."""
+    make_workers(1)
+    user = await sync_to_async(make_user)()
+    async with Browser(gateway, user) as tab:
+        _, call = await _start_call(tab, model)
+        csid = str(call.session_id)
+        model.add_rule({"last_user_contains": "look it up"}, {"tool_calls": [
+            {"id": "t1", "name": "read", "arguments": {"path": "/a.md"}}]})
+        for word in ("wait", "actually"):
+            model.add_rule({"last_user_contains": word}, {"content": f"Answer to {word}."})
+        await _say(tab, "look it up")
+        rtc = await tab.pending_rtc(csid)
+        for word in ("wait", "actually"):
+            assert (await _say(tab, word))["interrupted"] is True
+        await tab.submit(rtc["id"], "contents")
+        await tab.until(lambda: any(e["text"] == "Answer to actually."
+                                    for e in _live(tab, "channel.output.end")), 15)
+        await _settled(tab, csid, "cancelled", "completed")
+        seen = len(model.requests)
+        await asyncio.sleep(4)  # several sweeps
+        assert len(model.requests) == seen
+        assert not any(e["text"] == "Answer to wait." for e in _live(tab, "channel.output.end"))
+        await _settled(tab, csid, "cancelled", "completed")
+    (last,) = _requests_with(model, "actually")
+    said = [m["content"] for m in last.body["messages"] if m["role"] == "user"]
+    assert said == ["look it up", "wait", "actually"]
+
+
+async def test_a_stopped_call_answers_nothing_that_was_queued_before_the_stop(
+        gateway, model, make_workers, make_user) -> None:
+    make_workers(1)
+    user = await sync_to_async(make_user)()
+    async with Browser(gateway, user) as tab:
+        sid, call = await _start_call(tab, model)
+        csid = str(call.session_id)
+        model.add_rule({"last_user_contains": "check the file"}, {"tool_calls": [
+            {"id": "t1", "name": "read", "arguments": {"path": "/a.md"}}]})
+        model.add_rule({"last_user_contains": "hello"}, {"content": "Answer after stop."})
+        await _say(tab, "check the file")
+        await tab.pending_rtc(csid)
+        await _say(tab, "hello")  # waits for the tool
+        model.add_rule({"last_user_contains": "ended"}, {"content": "Noted."})
+        await tab.rpc("v1.channel.unregister", {"name": "speaker"})  # the plugin went away
+        await tab.until(lambda: any(e["status"] == "stopped" for e in _live(tab, "live.call")))
+        await _settled(tab, csid, "cancelled")
+        await asyncio.sleep(3)  # the worker had the input queued; the sweep runs too
+        await _settled(tab, csid, "cancelled")
+        assert not _requests_with(model, "hello")
+        assert not any(e["text"] == "Answer after stop."
+                       for e in _live(tab, "channel.output.end"))
+        rtc = tab.rtcs(csid)[0]
+        assert rtc["status"] == "failed"  # hung up: the tool's wait ends with the call
+        # the parent got the hand-over and answered it
+        await tab.until(lambda: len([t for t in tab.turns(sid) if t["status"] == "completed"])
+                        >= 2, 20)
+
+
+async def test_tools_a_call_is_not_offered_do_not_run(
+        gateway, model, make_workers, make_user) -> None:
+    make_workers(1)
+    user = await sync_to_async(make_user)()
+    async with Browser(gateway, user) as tab:
+        _, call = await _start_call(tab, model)
+        csid = str(call.session_id)
+        model.add_rule({"last_user_contains": "remind me hourly"}, {
+            "content": "Sure.",
+            "tool_calls": [{"id": "t1", "name": "loop", "arguments": {
+                "prompt": "remind", "interval_seconds": 3600}}]})
+        model.add_rule({"last_tool_result_contains": "unknown tool"},
+                       {"content": "I cannot do that in a call."})
+        await _say(tab, "remind me hourly")
+        await tab.until(lambda: any(e["text"] == "I cannot do that in a call."
+                                    for e in _live(tab, "channel.output.end")), 15)
+        await _settled(tab, csid, "completed")
+        # each answer of the turn is its own entry for a plugin: its own message id
+        ends = [e for e in _live(tab, "channel.output.end") if e["session_id"] == csid]
+        assert len({e["message_id"] for e in ends}) == len(ends) == 2
+    outputs = [r["data"] for r in await _db(_rows, csid) if r["type"] == "toolcall_output"]
+    assert outputs[0]["output"] == "[Tool Error] unknown tool 'loop'"
+
+    def loops() -> int:
+        from apps.tasks.models import Loop
+
+        return Loop.objects.count()
+
+    assert await _db(loops) == 0

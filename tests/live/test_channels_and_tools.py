@@ -379,3 +379,14 @@ def test_the_rtchilds_prompt_is_a_window_of_whole_blocks(parent: Session, settin
     assert body[0]["content"] == "input 4" and body[-1]["content"] == "and now?"
     # older messages left the prompt but not the store
     assert Message.objects.filter(session=live.session).count() == 5 * 5 + 1
+
+
+def test_the_window_always_keeps_the_turns_own_input() -> None:
+    """Mid-turn, a long answer of the turn must not push the turn's own input out."""
+    blocks = [[{"role": "user", "content": "older"}],
+              [{"role": "user", "content": "what is in the file?"}],
+              [{"role": "assistant", "content": "word " * 3000}]]
+    assert window(blocks, 40, 500)[0]["content"] == "word " * 3000  # keep=1: the answer only
+    kept = window(blocks, 40, 500, keep=2)
+    assert [m["content"] for m in kept][:1] == ["what is in the file?"] and len(kept) == 2
+

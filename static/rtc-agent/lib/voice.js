@@ -10,7 +10,7 @@
 // reads the input channel and writes the output channel. Registering comes first so that the
 // channels exist when the agent's turn runs. Its text arrives on the user's live channel:
 //   {type: 'live.call', status: 'running'|'stopped', live_call_id, input_channel, output_channel, session_id}
-//   {type: 'channel.output', channel, turn_id, delta, seq}   {type: 'channel.output.end', channel, turn_id, text, interrupted}
+//   {type: 'channel.output', channel, turn_id, message_id, delta, seq}   {type: 'channel.output.end', channel, turn_id, message_id, text, interrupted}
 //   {type: 'channel.interrupt', channel, input_channel, turn_id}
 // An input is an interruption by design: the child's running answer is cut and a new turn
 // starts. Speech synthesis stops at once then, and whenever the user starts talking.
@@ -70,7 +70,7 @@ export class Voice {
     this.speech = speech;
     this.rec = null;
     this.speaking = ''; // the text of the utterances queued, to tell our own voice from the user's
-    this.entries = new Map(); // transcript entry by key (`you:<id>`, `agent:<turn_id>`)
+    this.entries = new Map(); // transcript entry by key (`you:<id>`, `agent:<message_id>`)
     this.heartbeat = null;
     this._onPageHide = () => this.abandon({ hangUp: true });
     addEventListener('pagehide', this._onPageHide);
@@ -242,8 +242,16 @@ export class Voice {
     }
   }
 
+  // One entry per answer: a turn that calls a tool has several ("One moment.", then the
+  // answer after the tool), each its own message; seq restarts when a turn resumes.
+  agentEntry(d) {
+    const entry = this.entry(`agent:${d.message_id || d.turn_id}`, 'agent');
+    entry.turnId = d.turn_id;
+    return entry;
+  }
+
   onOutput(d) {
-    const entry = this.entry(`agent:${d.turn_id}`, 'agent');
+    const entry = this.agentEntry(d);
     if (entry.final || !(d.seq > entry.seq)) return;
     entry.seq = d.seq;
     entry.text += d.delta || '';
@@ -252,7 +260,7 @@ export class Voice {
   }
 
   onOutputEnd(d) {
-    const entry = this.entry(`agent:${d.turn_id}`, 'agent');
+    const entry = this.agentEntry(d);
     if (entry.final) return;
     if (typeof d.text === 'string' && (d.text || !entry.text)) entry.text = d.text;
     entry.final = true;
@@ -268,7 +276,7 @@ export class Voice {
     call.interrupted = true;
     this.quiet();
     for (const entry of this.entries.values()) {
-      if (entry.who === 'agent' && !entry.final && (!turnId || entry.key === `agent:${turnId}`)) {
+      if (entry.who === 'agent' && !entry.final && (!turnId || entry.turnId === turnId)) {
         entry.interrupted = true;
         entry.spokenTo = Infinity;
       }
