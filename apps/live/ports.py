@@ -108,8 +108,10 @@ class _Prefetch:
     """
 
     def __init__(self, llm: ChatModel, messages: list[dict[str, Any]],
-                 tools: list[dict[str, Any]] | None) -> None:
+                 tools: list[dict[str, Any]] | None, session_id: str = "") -> None:
         self.messages, self.tools = messages, tools
+        self.session_id = session_id
+        self.model = str(getattr(llm, "model", "") or "")
         self.events: queue.Queue[tuple[str, Any]] = queue.Queue()
         self._closed = threading.Event()
         self.opened = threading.Event()  # the response is open (or the request failed)
@@ -146,11 +148,38 @@ class _Prefetch:
         with self._lock:
             taken = self._taken
         if not taken:
-            self.close()
             with _prefetch_lock:
                 for key, fetch in list(_prefetched.items()):
                     if fetch is self:
                         del _prefetched[key]
+            try:
+                self.discard()
+            finally:
+                from django.db import connection
+
+                connection.close()  # this timer thread's own connection
+
+    def discard(self) -> None:
+        """Close it unused, and bill what it cost: the provider counted the prompt (an
+        estimate here: its stream was never read to its usage) and any output so far."""
+        if self._closed.is_set():
+            return
+        self.close()
+        from apps.turns import accounting
+        from apps.turns.llm import Usage
+        from apps.turns.models import LLMCall
+        from apps.turns.tokens import count_messages
+
+        try:
+            prompt = count_messages(self.messages, self.tools)
+            accounting.record_call(
+                session_id=self.session_id, model=self.model,
+                usage=Usage(prompt_tokens=prompt, completion_tokens=0, cached_tokens=0,
+                            total_tokens=prompt),
+                purpose=LLMCall.Purpose.PREFETCH)
+        except Exception:
+            log.exception("billing an unused live request of session %s failed",
+                          self.session_id)
 
     def close(self) -> None:
         self._closed.set()
@@ -197,7 +226,7 @@ def _put_prefetch(session_id: str, fetch: _Prefetch) -> None:
         old = _prefetched.pop(session_id, None)
         _prefetched[session_id] = fetch
     if old is not None:
-        old.close()
+        old.discard()
 
 
 def _take_prefetch(session_id: str, messages: list[dict[str, Any]],
@@ -208,7 +237,7 @@ def _take_prefetch(session_id: str, messages: list[dict[str, Any]],
         return None
     if fetch.messages == messages and fetch.tools == tools and not fetch._closed.is_set():
         return fetch
-    fetch.close()  # the conversation changed meanwhile (another input, a window shift)
+    fetch.discard()  # the conversation changed meanwhile (another input, a window shift)
     return None
 
 
@@ -233,7 +262,7 @@ class _Abortable:
                  ) -> None:
         """Send the request now; return once it is out (at most ``PREFETCH_HEAD_START``
         seconds): the caller's bookkeeping would otherwise compete with it for the GIL."""
-        fetch = _Prefetch(self._llm, messages, tools)
+        fetch = _Prefetch(self._llm, messages, tools, self._session_id)
         _put_prefetch(self._session_id, fetch)
         fetch.opened.wait(PREFETCH_HEAD_START)
 

@@ -129,6 +129,7 @@ class LLMCall(models.Model):
         ANSWER = "answer", "answer of a turn"
         COMPACTION = "compaction", "compaction summary"
         EXTRACTION = "extraction", "memory extraction"
+        PREFETCH = "prefetch", "live call request sent ahead, unused"
 
     # None for calls outside a turn: a manual compaction, a memory extraction.
     turn = models.ForeignKey(Turn, null=True, blank=True, on_delete=models.CASCADE,

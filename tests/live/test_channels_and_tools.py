@@ -390,3 +390,30 @@ def test_the_window_always_keeps_the_turns_own_input() -> None:
     kept = window(blocks, 40, 500, keep=2)
     assert [m["content"] for m in kept][:1] == ["what is in the file?"] and len(kept) == 2
 
+
+
+def test_a_request_sent_ahead_is_used_only_for_the_same_prompt_and_billed_when_unused(
+        parent: Session, model: Any) -> None:
+    """``apps.live.ports._Prefetch`` against the scripted model over HTTP."""
+    from apps.live import ports
+    from apps.turns.llm import OpenAIChat, TextDelta
+    from apps.turns.models import LLMCall
+
+    chat = OpenAIChat(api_key="sk-test-key", base_url=model.base_url, model="scripted-model")
+    model.add_rule({"last_user_contains": "hello"}, {"content": "Hi there!"})
+    sid = str(parent.id)
+    prompt = [{"role": "system", "content": "live"}, {"role": "user", "content": "hello"}]
+    ports._put_prefetch(sid, ports._Prefetch(chat, prompt, None, sid))
+    fetch = ports._take_prefetch(sid, [*prompt], None)  # equal prompt: the early request
+    assert fetch is not None
+    events = list(fetch.consume(lambda: False, lambda abort: None))
+    assert "".join(e.text for e in events if isinstance(e, TextDelta)) == "Hi there!"
+    assert len(model.requests) == 1 and not LLMCall.objects.filter(purpose="prefetch").exists()
+
+    ports._put_prefetch(sid, ports._Prefetch(chat, prompt, None, sid))
+    other = [*prompt, {"role": "user", "content": "and more"}]
+    assert ports._take_prefetch(sid, other, None) is None  # another prompt: closed, billed
+    assert ports._take_prefetch(sid, prompt, None) is None  # and gone
+    (bill,) = LLMCall.objects.filter(purpose="prefetch")
+    assert bill.session_id == parent.id and bill.prompt_tokens > 0
+    assert bill.completion_tokens == 0
