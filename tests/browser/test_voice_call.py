@@ -174,6 +174,17 @@ def test_typed_call_connects_answers_is_interrupted_and_hangs_up(
     assert [line.split(":", 1)[0] for line in transcript] == [
         "You", "Agent", "You", "Agent", "You", "Agent"]
 
+    # A tool in the browser: the runtime's hold line first, then the answer after the tool,
+    # each its own line of the transcript (one turn, two answers).
+    model.add_rule({"last_user_contains": "list my files"}, {"tool_calls": [
+        {"id": "t1", "name": "ls", "arguments": {"path": "/"}}]}, times=1)
+    model.add_rule({"last_role": "tool"}, {"content": "You have no files yet."}, times=1)
+    _say(ipage, "list my files")
+    expect(_agent_line(ipage, "One moment.")).to_have_attribute("data-final", "true",
+                                                               timeout=20000)
+    expect(_agent_line(ipage, "You have no files yet.")).to_have_attribute(
+        "data-final", "true", timeout=20000)
+
     # The panel on a phone, and axe on the call in progress.
     ipage.set_viewport_size({"width": 360, "height": 740})
     for part in ("call-panel", "hang-up", "call-input"):
