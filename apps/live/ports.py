@@ -39,7 +39,7 @@ from apps.turns.engine import Checkpoint, validate
 from apps.turns.llm import Cancelled, ChatModel, Event
 from apps.turns.models import Turn
 from apps.turns.prompt import truncate_output
-from apps.turns.runner import DjangoTurnPorts, tools_for
+from apps.turns.runner import DjangoTurnPorts, open_stream, tools_for
 from apps.turns.tokens import count_text
 from rtcagent.conf import rtc_setting
 
@@ -85,16 +85,6 @@ def ports_for(turn: Turn, llm: ChatModel, lost: Callable[[], bool]) -> DjangoTur
     return LivePorts(turn, llm, lost, call=call)
 
 
-def _open(llm: ChatModel, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
-          should_cancel: Callable[[], bool] | None,
-          on_open: Callable[[Callable[[], None] | None], None]) -> Iterator[Event]:
-    try:
-        return llm.stream(messages, tools, should_cancel=should_cancel,
-                          on_open=on_open)  # type: ignore[call-arg]
-    except TypeError:  # a model without ``on_open``: the flag alone cuts its stream
-        return llm.stream(messages, tools, should_cancel=should_cancel)
-
-
 class _Prefetch:
     """The next turn's model request, sent as soon as an input cut the turn.
 
@@ -127,7 +117,7 @@ class _Prefetch:
 
     def _run(self, llm: ChatModel) -> None:
         try:
-            for event in _open(llm, self.messages, self.tools, self._closed.is_set,
+            for event in open_stream(llm, self.messages, self.tools, self._closed.is_set,
                                self._set_abort):
                 self.events.put(("event", event))
             self.events.put(("end", None))
@@ -256,7 +246,7 @@ class _Abortable:
         fetch = _take_prefetch(self._session_id, messages, tools)
         if fetch is not None:
             return fetch.consume(should_cancel or (lambda: False), self._watch.set_abort)
-        return _open(self._llm, messages, tools, should_cancel, self._watch.set_abort)
+        return open_stream(self._llm, messages, tools, should_cancel, self._watch.set_abort)
 
     def prefetch(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
                  ) -> None:
@@ -274,21 +264,10 @@ class LivePorts(DjangoTurnPorts):
                  *, call: LiveCall) -> None:
         super().__init__(turn, llm, lost)
         self.call = call
-        self.watch = interrupts.watch(self.tid)
         self.llm = _Abortable(llm, self.watch, str(self.session.id))  # type: ignore[assignment]
         self._out_seq = 0
         self._blocks: list[list[dict[str, Any]]] | None = None  # of the last prompt built
         self._keep = 1  # blocks at the end the window always keeps: the turn's input on
-
-    def close(self) -> None:
-        interrupts.unwatch(self.tid)
-
-    def should_cancel(self) -> bool:
-        if self.watch.fired.is_set():
-            self._check_hold()
-            self._cancel = True
-            return True
-        return super().should_cancel()
 
     # --- the prompt: a window over the call's conversation -------------------------------------
 

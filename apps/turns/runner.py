@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from django.db import transaction
@@ -40,7 +40,7 @@ from apps.turns import accounting, server_tools, state
 from apps.turns.context import SYSTEM_PROMPT, Built, TurnContext, system_text
 from apps.turns.conversation import conversation_for
 from apps.turns.engine import Checkpoint, RtcOutcome
-from apps.turns.llm import ChatModel, Usage
+from apps.turns.llm import ChatModel, Event, Usage
 from apps.turns.llm_errors import LLMError
 from apps.turns.models import Turn, TurnStatus
 from apps.turns.profiles import ModelProfile, profile_for
@@ -71,6 +71,30 @@ def tools_for(session: Session) -> list[dict[str, Any]]:
     hosts = [t for t in rtc_tools.host_schemas(session.host_functions)
              if t["function"]["name"] not in served]
     return rtc_tools.schemas() + hosts + server_tools.schemas()
+
+
+def open_stream(llm: ChatModel, messages: list[dict[str, Any]],
+                tools: list[dict[str, Any]] | None, should_cancel: Callable[[], bool] | None,
+                on_open: Callable[[Callable[[], None] | None], None]) -> Iterator[Event]:
+    """``llm.stream`` telling ``on_open`` how to abort the open response, when it can."""
+    try:
+        return llm.stream(messages, tools, should_cancel=should_cancel,
+                          on_open=on_open)  # type: ignore[call-arg]
+    except TypeError:  # a model without ``on_open``: the flag alone cuts its stream
+        return llm.stream(messages, tools, should_cancel=should_cancel)
+
+
+class WatchedModel:
+    """The turn's model client, handing each open response's abort to the turn's watch."""
+
+    def __init__(self, llm: ChatModel, watch: Any) -> None:
+        self.inner = llm
+        self.watch = watch
+        self.model = getattr(llm, "model", None)
+
+    def stream(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, *,
+               should_cancel: Callable[[], bool] | None = None) -> Iterator[Event]:
+        return open_stream(self.inner, messages, tools, should_cancel, self.watch.set_abort)
 
 
 class HoldLost(BaseException):
@@ -110,6 +134,19 @@ class DjangoTurnPorts:
         self._seq = 0
         self._cancel_checked = 0.0
         self._cancel = False
+        # A stop (``turn_stop``) or a live call's input fires this at once in the process
+        # streaming the turn: the flag is read first, and the open response is aborted
+        # (``apps.live.interrupts``); the Redis flag polled below is the fallback.
+        from apps.live import interrupts
+
+        self.watch = interrupts.watch(self.tid)
+        self.llm = WatchedModel(llm, self.watch)  # type: ignore[assignment]
+
+    def close(self) -> None:
+        """The worker is done with this run of the turn."""
+        from apps.live import interrupts
+
+        interrupts.unwatch(self.tid)
 
     # --- checkpoint, prompt, tools, stop -----------------------------------------------------
 
@@ -159,6 +196,8 @@ class DjangoTurnPorts:
 
     def should_cancel(self) -> bool:
         self._check_hold()  # polled between chunks: a lost hold stops the stream at once
+        if self.watch.fired.is_set():
+            self._cancel = True
         now = time.monotonic()
         if not self._cancel and now - self._cancel_checked >= 0.2:
             self._cancel_checked = now

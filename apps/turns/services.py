@@ -71,6 +71,9 @@ def turn_stop(*, user_id: int, session_id: uuid.UUID | str) -> Turn | None:
     if turn is None:
         return None
     state.request_stop(str(turn.id))
+    from apps.live import interrupts
+
+    interrupts.interrupt(str(turn.id))  # the streaming worker stops at once, not at its poll
     # Read again after raising the flag: a worker that moves the turn to running from now on
     # sees the flag; one that moved it to interrupted before is cancelled below, and a worker
     # that parks a turn after this checks the flag again (apps.turns.worker).
