@@ -56,8 +56,9 @@ def turn_transition(
 def turn_stop(*, user_id: int, session_id: uuid.UUID | str) -> Turn | None:
     """Stop the session's open turn, from any connection or process; None when none is open.
 
-    A running turn is signalled through Redis: the worker streaming it cancels the model call
-    within a second, keeps the partial text, closes open RTCs and marks it ``cancelled``. A turn
+    A running turn is signalled through Redis (a flag, and an interrupt that the worker
+    streaming it acts on at once: ``apps.live.interrupts``): it cancels the model call, keeps
+    the partial text, closes open RTCs and marks it ``cancelled``. A turn
     waiting on the browser (or not started) is cancelled here, in one transaction, and the
     messages queued behind it may then run. Publishes no Update of its own for a running turn:
     the worker's ``turn.updated`` follows.
