@@ -9,6 +9,7 @@ temporary folder of the run instead of ``var/``.
 from __future__ import annotations
 
 import itertools
+import os
 import shutil
 import tempfile
 import time
@@ -39,6 +40,57 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         shutil.rmtree(_run_dir, ignore_errors=True)
 
 
+# Files of a minute or more with few tests: a fresh virtualenv, a property test of 40 runs,
+# processes killed and restarted, load, builds. Run first under xdist.
+LONG_FILES = (
+    "tests/test_make_run_nonroot.py",
+    "tests/turns/test_invariant_property.py",
+    "tests/reliability/test_process_faults.py",
+    "tests/reliability/test_load.py",
+    "tests/test_bench_smoke.py",
+    "tests/test_deploy_rehearsal.py",
+    "tests/browser/test_deploy_rehearsal.py",
+    "tests/browser/test_screenshots.py",
+)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In an xdist worker, the order in which the processes get the files (see
+    ``tests/parallel.py``): ``LONG_FILES``, then the others by their number of tests, most
+    first (xdist's own order), so that both processes end at about the same time. Each file
+    keeps its tests in their order. Without xdist the order stays as collected."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    files: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        files.setdefault(item.nodeid.split("::")[0], []).append(item)
+    rank = {name: i for i, name in enumerate(LONG_FILES)}
+    order = sorted(files, key=lambda name: (rank.get(name, len(rank)), -len(files[name])))
+    items[:] = [item for name in order for item in files[name]]
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> None:
+    """pytest-django's test database, on PostgreSQL with ``synchronous_commit`` off for every
+    session (the test process's, and its servers' and workers' when they connect): a commit
+    then returns without waiting for its WAL flush, a few milliseconds each on a busy disk, over
+    tens of thousands of commits a run. Readers see the same data at the same moment; only a
+    crash of the PostgreSQL server could lose the last commits, and the tests that crash one
+    run their own cluster (``tests/reliability/pgcluster.py``)."""
+    from django.db import DatabaseError, connection
+
+    if connection.vendor != "postgresql":
+        return
+    name = connection.ops.quote_name(connection.settings_dict["NAME"])
+    with django_db_blocker.unblock(), connection.cursor() as cursor:
+        try:
+            cursor.execute(f"ALTER DATABASE {name} SET synchronous_commit = off")
+            cursor.execute("SET synchronous_commit = off")
+        except DatabaseError:  # not the database's owner: commits wait for the disk, as before
+            pass
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _flush_survives_deadlocks() -> Iterator[None]:
     """Worker processes keep polling the test database between tests; PostgreSQL may pick the
@@ -62,6 +114,34 @@ def _flush_survives_deadlocks() -> Iterator[None]:
     flush.Command.handle = handle
     yield
     flush.Command.handle = original
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _flush_deletes_rows() -> Iterator[None]:
+    """The flush after each transactional test empties PostgreSQL's tables with DELETE instead
+    of TRUNCATE: TRUNCATE gives every table and index new files and unlinks the old ones, some
+    0.15 to 0.3 s a flush (hundreds of flushes a run), where the DELETE of a test's few rows
+    takes milliseconds. The tables are locked first, all in one statement as TRUNCATE does, so
+    that no process writes between two DELETEs; the mode (EXCLUSIVE) still lets workers read.
+    Django's foreign keys are deferrable, checked at the flush's commit when every table is
+    empty. Sequences restart (TRUNCATE) only when a test asks for that."""
+    from django.db.backends.postgresql.operations import DatabaseOperations
+
+    original = DatabaseOperations.sql_flush
+
+    def sql_flush(self: Any, style: Any, tables: list[str], *, reset_sequences: bool = False,
+                  allow_cascade: bool = False) -> list[str]:
+        if reset_sequences or not tables:
+            return original(self, style, tables, reset_sequences=reset_sequences,
+                            allow_cascade=allow_cascade)
+        names = [self.quote_name(table) for table in tables]
+        return [f"LOCK TABLE {', '.join(names)} IN EXCLUSIVE MODE;",
+                "SET CONSTRAINTS ALL DEFERRED;",
+                *(f"DELETE FROM {name};" for name in names)]  # noqa: S608 (quoted names)
+
+    DatabaseOperations.sql_flush = sql_flush
+    yield
+    DatabaseOperations.sql_flush = original
 
 
 @pytest.fixture(autouse=True)

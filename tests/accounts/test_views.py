@@ -152,7 +152,9 @@ def test_the_procfile_web_process_keys_the_throttle_by_the_peer(make_user: Any) 
     assert " -b 0.0.0.0 " in command
     port = free_port()
     bin_dir = str(Path(sys.executable).parent)
-    env = child_env(PORT=str(port), PATH=f"{bin_dir}:{os.environ['PATH']}")
+    # The web command as the Procfile has it; the settings differ only in the password hasher.
+    env = child_env(PORT=str(port), PATH=f"{bin_dir}:{os.environ['PATH']}",
+                    DJANGO_SETTINGS_MODULE="tests.cheap_hashing_settings")
     proc = subprocess.Popen(
         ["sh", "-c", "exec " + command.replace(" -b 0.0.0.0 ", " -b 127.0.0.1 ")],
         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

@@ -78,13 +78,16 @@ def page(context: Any) -> Iterator[Any]:
 @pytest.fixture
 def web_user(make_user: Any, django_db_blocker: Any) -> Any:
     """A user whose password the server can check: the test settings hash with MD5, which the
-    server process does not accept, so the hash is made with the default PBKDF2 hasher."""
+    server process does not accept, so the hash is made with the default PBKDF2 hasher. With
+    few rounds: the default work factor costs a third of a second here for every user, and the
+    server verifies the hash with the rounds it names (then re-hashes it at the default work
+    factor at the first login, as it does any hash of an older one)."""
     from django.contrib.auth import get_user_model
     from django.contrib.auth.hashers import PBKDF2PasswordHasher
 
     user = make_user()
     hasher = PBKDF2PasswordHasher()
-    user.password = hasher.encode(f"pw-{user.email}", hasher.salt())
+    user.password = hasher.encode(f"pw-{user.email}", hasher.salt(), iterations=1000)
     with django_db_blocker.unblock():
         get_user_model().objects.filter(pk=user.pk).update(password=user.password)
     return user
