@@ -78,7 +78,11 @@ def hold_line() -> str:
 
 
 def ports_for(turn: Turn, llm: ChatModel, lost: Callable[[], bool]) -> DjangoTurnPorts:
-    """The ports of ``turn``: ``LivePorts`` when its session is a live call's."""
+    """The ports of ``turn``: ``LivePorts`` when its session is a live call's. A call's turns
+    start from its inputs, whose client ids (hence the turns') start ``live:``: any other turn
+    costs no query here."""
+    if not (turn.client_id or "").startswith("live:"):
+        return DjangoTurnPorts(turn, llm, lost)
     call = LiveCall.objects.filter(session_id=turn.session_id).first()
     if call is None:
         return DjangoTurnPorts(turn, llm, lost)

@@ -46,7 +46,7 @@ class _NameParams(serializers.Serializer):
 class _InputParams(serializers.Serializer):
     name = serializers.CharField(max_length=NAME_MAX)
     text = serializers.CharField(trim_whitespace=False)
-    client_id = serializers.CharField(required=False, allow_blank=True, max_length=100)
+    client_id = serializers.CharField(required=False, allow_blank=True, max_length=64)
 
 
 @rpc("v1.channel.register")

@@ -262,8 +262,8 @@ def channel_input(*, user_id: int, name: str, text: str, client_id: str = "") ->
     most = live_setting("LIVE_INPUT_MAX_CHARS")
     if len(text) > most:
         raise InvalidRequest(f"text: at most {most} characters")
-    if len(client_id) > 100:
-        raise InvalidRequest("client_id: at most 100 characters")
+    if len(client_id) > 64:  # "live:<call id>:<client_id>" fits a client id (128)
+        raise InvalidRequest("client_id: at most 64 characters")
     # The hot path (a call reads the channel) costs two queries and two Redis round trips
     # before the running turn is cut; everything else is checked after.
     call = (LiveCall.objects.filter(user_id=user_id, input_channel=name,

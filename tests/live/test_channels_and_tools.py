@@ -360,7 +360,8 @@ def test_the_rtchilds_prompt_is_a_window_of_whole_blocks(parent: Session, settin
                       data)
             add(turn, f"turn:{turn.id}:1:result:{call_id}", "tool", "toolcall_output",
                 {**data, "output": f"file {n}{k}", "status": "completed"}, msg)
-    now = Turn.objects.create(session=live.session, user_id=live.user_id, status="running")
+    now = Turn.objects.create(session=live.session, user_id=live.user_id, status="running",
+                              client_id=f"live:{live.id}:now")  # as its input's (the worker)
     trigger = add(now, "in-now", "user", "user_message", {"text": "and now?"})
     Turn.objects.filter(pk=now.pk).update(trigger_message=trigger)
     now.refresh_from_db()
@@ -417,3 +418,13 @@ def test_a_request_sent_ahead_is_used_only_for_the_same_prompt_and_billed_when_u
     (bill,) = LLMCall.objects.filter(purpose="prefetch")
     assert bill.session_id == parent.id and bill.prompt_tokens > 0
     assert bill.completion_tokens == 0
+
+
+def test_the_longest_client_id_is_stored_and_a_longer_one_refused(parent: Session) -> None:
+    create(parent, inputch="mic", outputch="speaker")
+    out = rpc("v1.channel.input", parent.user, {"name": "mic", "text": "hi",
+                                                "client_id": "k" * 64})
+    assert Message.objects.get(pk=out["message_id"]).client_id.endswith(":" + "k" * 64)
+    with pytest.raises(InvalidRequest, match="client_id"):
+        call("v1.channel.input", parent.user, {"name": "mic", "text": "hi",
+                                               "client_id": "k" * 65})
