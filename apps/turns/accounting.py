@@ -299,7 +299,9 @@ def record_answer(
         if msg is not None and usage is not None:
             _set_message_tokens(msg, usage)
         session = Session.objects.select_for_update().get(pk=session_id)
-        seeded = updates_context and LLMCall.objects.filter(session_id=session_id).count() == 1
+        # exactly one call before this one (at most two rows read, however long the session)
+        seeded = updates_context and len(
+            LLMCall.objects.filter(session_id=session_id).values_list("pk", flat=True)[:2]) == 1
         LLMCall.objects.create(
             turn_id=turn_id, session_id=session_id, message=msg, step=step, model=profile.name,
             purpose=purpose,
