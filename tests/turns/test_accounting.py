@@ -137,7 +137,7 @@ def test_the_adapter_reads_reasoning_and_cache_writes_from_the_wire(model: Scrip
         "cache_write_tokens": 800, "reasoning_tokens": 20}})
     assert usage == Usage(prompt_tokens=1000, completion_tokens=50, cached_tokens=100,
                           total_tokens=1050, reasoning_tokens=20, cache_write_tokens=800)
-    details = model.requests[-1]
+    details = model.wait_for_requests(1)[-1]  # the server records it after its last byte
     assert details.outcome == "completed"
 
 
