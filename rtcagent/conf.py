@@ -66,6 +66,19 @@ def rtc_setting(name: str) -> Any:
     return DEFAULTS[name]
 
 
+def app_setting(name: str, defaults: dict[str, Any]) -> Any:
+    """An app's own knob: ``settings.RTCAGENT[name]``, else the environment's ``RTC_<name>``
+    (cast to the default's type), else ``defaults[name]``."""
+    import os
+
+    overrides = getattr(settings, "RTCAGENT", {})
+    if name in overrides:
+        return overrides[name]
+    default = defaults[name]
+    raw = os.environ.get(f"RTC_{name}", "").strip()
+    return type(default)(raw) if raw else default
+
+
 def wire_limits() -> dict[str, int]:
     """The input limits every client is told at connect (``data.limits``) and the server
     enforces. A result must fit in a frame with its envelope, so its limit never exceeds the

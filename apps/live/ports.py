@@ -39,9 +39,8 @@ from apps.turns.engine import Checkpoint, validate
 from apps.turns.llm import Cancelled, ChatModel, Event
 from apps.turns.models import Turn
 from apps.turns.prompt import truncate_output
-from apps.turns.runner import DjangoTurnPorts, open_stream, tools_for
+from apps.turns.runner import DjangoTurnPorts, WatchedModel, open_stream, tools_for
 from apps.turns.tokens import count_text
-from rtcagent.conf import rtc_setting
 
 from . import interrupts
 from .models import LiveCall
@@ -69,12 +68,7 @@ NOT_IN_CALLS = frozenset({
 
 def hold_line() -> str:
     """What an rtchild says before a tool when the model said nothing (``RTC_LIVE_HOLD_LINE``)."""
-    try:
-        return str(rtc_setting("LIVE_HOLD_LINE"))
-    except KeyError:
-        import os
-
-        return os.environ.get("RTC_LIVE_HOLD_LINE", "").strip() or "One moment."
+    return str(live_setting("LIVE_HOLD_LINE")).strip() or "One moment."
 
 
 def ports_for(turn: Turn, llm: ChatModel, lost: Callable[[], bool]) -> DjangoTurnPorts:
@@ -235,28 +229,26 @@ def _take_prefetch(session_id: str, messages: list[dict[str, Any]],
     return None
 
 
-class _Abortable:
-    """The model client, handing each open response's abort to the turn's watch, and using
-    the request an earlier cut sent ahead when it is exactly this one."""
+class _Abortable(WatchedModel):
+    """The turn's watched model client (``WatchedModel``), using the request an earlier cut
+    sent ahead when it is exactly this one."""
 
     def __init__(self, llm: ChatModel, watch: interrupts.Watch, session_id: str) -> None:
-        self._llm = llm
-        self._watch = watch
+        super().__init__(llm, watch)
         self._session_id = session_id
-        self.model = getattr(llm, "model", None)
 
     def stream(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, *,
                should_cancel: Callable[[], bool] | None = None) -> Iterator[Event]:
         fetch = _take_prefetch(self._session_id, messages, tools)
         if fetch is not None:
-            return fetch.consume(should_cancel or (lambda: False), self._watch.set_abort)
-        return open_stream(self._llm, messages, tools, should_cancel, self._watch.set_abort)
+            return fetch.consume(should_cancel or (lambda: False), self.watch.set_abort)
+        return super().stream(messages, tools, should_cancel=should_cancel)
 
     def prefetch(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
                  ) -> None:
         """Send the request now; return once it is out (at most ``PREFETCH_HEAD_START``
         seconds): the caller's bookkeeping would otherwise compete with it for the GIL."""
-        fetch = _Prefetch(self._llm, messages, tools, self._session_id)
+        fetch = _Prefetch(self.inner, messages, tools, self._session_id)
         _put_prefetch(self._session_id, fetch)
         fetch.opened.wait(PREFETCH_HEAD_START)
 
@@ -268,7 +260,7 @@ class LivePorts(DjangoTurnPorts):
                  *, call: LiveCall) -> None:
         super().__init__(turn, llm, lost)
         self.call = call
-        self.llm = _Abortable(llm, self.watch, str(self.session.id))  # type: ignore[assignment]
+        self.llm = _Abortable(llm, self.watch, str(self.session.id))
         self._out_seq = 0
         self._blocks: list[list[dict[str, Any]]] | None = None  # of the last prompt built
         self._keep = 1  # blocks at the end the window always keeps: the turn's input on

@@ -31,8 +31,8 @@ from apps.gateway.events import item, publish_live, publish_update
 from apps.sessions.models import ContentType, Message, MessageRole, Session, SessionStatus
 from apps.sessions.selectors import session_get
 from apps.sessions.serializers import message_to_dict, session_to_dict
-from apps.sessions.services import session_allocate_offsets
-from rtcagent.conf import rtc_setting
+from apps.sessions.services import session_allocate_offsets, session_notify
+from rtcagent.conf import app_setting
 from rtcagent.errors import InvalidRequest, InvalidState, NotFound, RateLimited
 from rtcagent.redis import get_redis
 
@@ -41,7 +41,7 @@ from .models import NAME_MAX, Channel, Direction, LiveCall, LiveStatus
 log = logging.getLogger(__name__)
 
 NAME = re.compile(rf"^[A-Za-z0-9._:-]{{1,{NAME_MAX}}}$")
-DEFAULTS: dict[str, int] = {
+DEFAULTS: dict[str, Any] = {
     "LIVE_MAX_CHANNELS": 32,  # channels per user
     "LIVE_MAX_CALLS": 4,  # running calls per user
     "LIVE_INPUT_MAX_CHARS": 8000,
@@ -50,19 +50,13 @@ DEFAULTS: dict[str, int] = {
     "LIVE_WINDOW_TOKENS": 8000,  # ... and at most about this many tokens of them
     "LIVE_TRANSCRIPT_MAX_LIMIT": 100,
     "LIVE_INSTRUCTION_MAX_CHARS": 20000,
+    "LIVE_HOLD_LINE": "One moment.",  # what an rtchild says before a tool if the model did not
 }
 
 
-def live_setting(name: str) -> int:
+def live_setting(name: str) -> Any:
     """``settings.RTCAGENT[name]``, else the environment's ``RTC_<name>``, else the default."""
-    import os
-
-    try:
-        return int(rtc_setting(name))
-    except KeyError:
-        pass
-    raw = os.environ.get(f"RTC_{name}", "").strip()
-    return int(raw) if raw else DEFAULTS[name]
+    return app_setting(name, DEFAULTS)
 
 
 class Refused(Exception):
@@ -505,34 +499,11 @@ def handover_text(call: LiveCall) -> str:
 
 
 def _tell_parent(call: LiveCall) -> None:
-    from apps.turns.queue import enqueue_message
-
-    parent = Session.objects.filter(pk=call.parent_session_id, deleted_at__isnull=True).first()
-    if parent is None or parent.status == SessionStatus.CLOSED:
-        return
-    try:
-        with transaction.atomic():
-            offset = session_allocate_offsets(session_id=parent.id)
-            msg = Message.objects.create(
-                session=parent, user_id=call.user_id, client_id=f"live:{call.id}:ended",
-                global_offset=offset, role=MessageRole.USER,
-                content={"type": ContentType.USER_MESSAGE,
-                         "data": {"text": handover_text(call),
-                                  "origin": {"kind": "live", "id": str(call.id),
-                                             "title": call.title, "status": call.status}}},
-            )
-            Session.objects.filter(pk=parent.pk).update(updated_at=timezone.now())
-            parent = Session.objects.select_related("parent_session", "root_session").get(
-                pk=parent.pk)
-            publish_update(
-                user_id=call.user_id,
-                items=[item("session", "updated", parent.id), item("message", "created", msg.id)],
-                data_list=[session_to_dict(parent), message_to_dict(msg)],
-            )
-            transaction.on_commit(lambda: enqueue_message(parent.id, msg.id,
-                                                          user_id=call.user_id), robust=True)
-    except IntegrityError:
-        pass  # told already
+    session_notify(
+        session_id=call.parent_session_id, user_id=call.user_id,
+        client_id=f"live:{call.id}:ended", text=handover_text(call),
+        origin={"kind": "live", "id": str(call.id), "title": call.title,
+                "status": call.status})
 
 
 def transcript(call: LiveCall, *, offset: int, limit: int) -> str:

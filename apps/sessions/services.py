@@ -249,6 +249,43 @@ def session_allocate_offsets(*, session_id: uuid.UUID | str, count: int = 1) -> 
     return last - count + 1
 
 
+def session_notify(*, session_id: Any, user_id: int, client_id: str, text: str,
+                   origin: dict[str, Any]) -> Message | None:
+    """Tell a session's agent something on the server's behalf (a sub-agent's result, a live
+    call handed back): a user message with ``origin``, which starts a turn like any other.
+
+    Not subject to the user's caps (the server sends it, once): idempotent on ``client_id``
+    (None when it was sent already), and None for a session deleted or closed (nobody to
+    tell). Inside the caller's transaction if there is one; queued after commit."""
+    from apps.turns.queue import enqueue_message
+
+    session = Session.objects.filter(pk=session_id, deleted_at__isnull=True).first()
+    if session is None or session.status == SessionStatus.CLOSED:
+        return None
+    try:
+        with transaction.atomic():
+            msg = Message.objects.create(
+                session=session, user_id=user_id, client_id=client_id,
+                global_offset=session_allocate_offsets(session_id=session.id),
+                role=MessageRole.USER,
+                content={"type": ContentType.USER_MESSAGE,
+                         "data": {"text": text, "origin": origin}},
+            )
+            Session.objects.filter(pk=session.pk).update(updated_at=timezone.now())
+            session = Session.objects.select_related("parent_session", "root_session").get(
+                pk=session.pk)
+            publish_update(
+                user_id=user_id,
+                items=[item("session", "updated", session.id), item("message", "created", msg.id)],
+                data_list=[session_to_dict(session), message_to_dict(msg)],
+            )
+            transaction.on_commit(lambda: enqueue_message(session.id, msg.id, user_id=user_id),
+                                  robust=True)
+            return msg
+    except IntegrityError:
+        return None  # told already
+
+
 def _conflict(user_id: int, client_id: str) -> ClientIdConflict:
     existing = Message.objects.filter(user_id=user_id, client_id=client_id).first()
     details = (

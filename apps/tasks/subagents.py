@@ -29,7 +29,6 @@ Invariants:
 from __future__ import annotations
 
 import logging
-import os
 import uuid
 from datetime import timedelta
 from typing import Any
@@ -42,8 +41,8 @@ from apps.gateway.events import item, publish_update
 from apps.sessions.models import ContentType, Message, MessageRole, Session, SessionStatus
 from apps.sessions.selectors import session_get
 from apps.sessions.serializers import message_to_dict, session_to_dict
-from apps.sessions.services import session_allocate_offsets
-from rtcagent.conf import rtc_setting
+from apps.sessions.services import session_allocate_offsets, session_notify
+from rtcagent.conf import app_setting
 from rtcagent.errors import InvalidRequest
 
 from .models import SUBAGENT_ENDED, SubAgent, SubAgentStatus
@@ -62,12 +61,7 @@ MODES = ("sync", "async")
 
 def subagent_setting(name: str) -> int:
     """``settings.RTCAGENT[name]``, else the environment's ``RTC_<name>``, else the default."""
-    try:
-        return int(rtc_setting(name))
-    except KeyError:
-        pass
-    raw = os.environ.get(f"RTC_{name}", "").strip()
-    return int(raw) if raw else DEFAULTS[name]
+    return int(app_setting(name, DEFAULTS))
 
 
 class Refused(Exception):
@@ -247,39 +241,18 @@ def finish(session_id: Any, status: str, result: str, *, notify: bool = True) ->
 
 def _tell_parent(sub: SubAgent) -> None:
     from apps.turns.models import ACTIVE_TURN_STATUSES
-    from apps.turns.queue import enqueue_message, enqueue_resume
+    from apps.turns.queue import enqueue_resume
 
     if sub.mode == "sync":
         turn = sub.parent_turn
         if turn is not None and turn.status in ACTIVE_TURN_STATUSES:
             enqueue_resume(sub.parent_session_id, turn.id, user_id=sub.user_id)
         return
-    parent = Session.objects.filter(pk=sub.parent_session_id, deleted_at__isnull=True).first()
-    if parent is None or parent.status == SessionStatus.CLOSED:
-        return  # stopped too: nobody to tell
-    try:
-        with transaction.atomic():
-            offset = session_allocate_offsets(session_id=parent.id)
-            msg = Message.objects.create(
-                session=parent, user_id=sub.user_id, client_id=f"subagent:{sub.id}:result",
-                global_offset=offset, role=MessageRole.USER,
-                content={"type": ContentType.USER_MESSAGE,
-                         "data": {"text": result_text(sub),
-                                  "origin": {"kind": "subagent_result", "id": str(sub.id),
-                                             "title": sub.title, "status": sub.status}}},
-            )
-            Session.objects.filter(pk=parent.pk).update(updated_at=timezone.now())
-            parent = Session.objects.select_related("parent_session", "root_session").get(
-                pk=parent.pk)
-            publish_update(
-                user_id=sub.user_id,
-                items=[item("session", "updated", parent.id), item("message", "created", msg.id)],
-                data_list=[session_to_dict(parent), message_to_dict(msg)],
-            )
-            transaction.on_commit(lambda: enqueue_message(parent.id, msg.id,
-                                                          user_id=sub.user_id), robust=True)
-    except IntegrityError:
-        pass  # told already
+    session_notify(  # a stopped (closed) parent is told nothing
+        session_id=sub.parent_session_id, user_id=sub.user_id,
+        client_id=f"subagent:{sub.id}:result", text=result_text(sub),
+        origin={"kind": "subagent_result", "id": str(sub.id), "title": sub.title,
+                "status": sub.status})
 
 
 def on_turn_end(turn: Any) -> None:

@@ -92,6 +92,12 @@ async def _settled(tab: Browser, session_id: Any, *statuses: str) -> None:
         tab.turns(str(session_id)), key=lambda t: t["created_at"])] == list(statuses), 15)
 
 
+async def _heard(tab: Browser, text: str, within: float = 15) -> None:
+    """Wait until an answer ``text`` ended on the output channel."""
+    await tab.until(lambda: any(e["text"] == text for e in _live(tab, "channel.output.end")),
+                    within)
+
+
 def _requests_with(model: Any, text: str) -> list[Any]:
     return [r for r in model.requests
             if any(m["role"] == "user" and text in str(m.get("content"))
@@ -114,8 +120,7 @@ async def test_an_input_mid_stream_cuts_the_answer_and_the_next_turn_starts_at_o
         await tab.until(lambda: len(_live(tab, "channel.output")) >= 5)
         second = await _say(tab, "stop, what time is it")
         assert second["delivered"] is True and second["interrupted"] is True
-        await tab.until(lambda: any(e["text"] == "It is noon."
-                                    for e in _live(tab, "channel.output.end")), 15)
+        await _heard(tab, "It is noon.")
         ends = _live(tab, "channel.output.end")
         assert ends[0]["interrupted"] is True and ends[0]["text"].startswith("Once")
         assert ends[-1] == {**ends[-1], "interrupted": False, "channel": "speaker"}
@@ -159,8 +164,7 @@ async def test_an_input_before_the_first_chunk_cuts_the_wait(
                                     for r in model.requests))
         reply = await _say(tab, "never mind")
         assert reply["interrupted"] is True
-        await tab.until(lambda: any(e["text"] == "Sure."
-                                    for e in _live(tab, "channel.output.end")), 10)
+        await _heard(tab, "Sure.", 10)
         await _settled(tab, call.session_id, "cancelled", "completed")
     rows = await _db(_rows, call.session_id)
     assert [r["type"] for r in rows] == ["user_message", "user_message", "markdown"]
@@ -182,8 +186,7 @@ async def test_a_running_tool_is_never_cut_and_calls_that_had_not_started_are_ca
         await _say(tab, "read my notes")
         rtc = await tab.pending_rtc(csid)
         # the runtime said a line before the tool, though the model said nothing
-        await tab.until(lambda: any(e["text"] == "One moment."
-                                    for e in _live(tab, "channel.output.end")))
+        await _heard(tab, "One moment.")
         reply = await _say(tab, "forget it")
         assert reply["interrupted"] is True
         await asyncio.sleep(1.0)  # the tool runs on: nothing failed it, no new turn yet
@@ -191,8 +194,7 @@ async def test_a_running_tool_is_never_cut_and_calls_that_had_not_started_are_ca
         assert row["status"] == "pending"
         assert await _db(_turns, csid) == ["interrupted"]
         await tab.submit(rtc["id"], "# notes\nbuy milk")
-        await tab.until(lambda: any(e["text"] == "Okay, forgotten."
-                                    for e in _live(tab, "channel.output.end")), 15)
+        await _heard(tab, "Okay, forgotten.")
         await _settled(tab, csid, "cancelled", "completed")
     outputs = [r["data"] for r in await _db(_rows, csid) if r["type"] == "toolcall_output"]
     assert [(o["id"], o["status"]) for o in outputs] == [("t1", "completed"),
@@ -227,8 +229,7 @@ async def test_an_input_right_after_a_tool_cuts_the_follow_up_answer(
             e["delta"] for e in _live(tab, "channel.output")), 15)
         reply = await _say(tab, "thanks, bye")
         assert reply["interrupted"] is True
-        await tab.until(lambda: any(e["text"] == "Bye!"
-                                    for e in _live(tab, "channel.output.end")), 15)
+        await _heard(tab, "Bye!")
         await _settled(tab, csid, "cancelled", "completed")
     ends = [e["text"] for e in _live(tab, "channel.output.end")]
     assert ends[0] == "Let me look."  # the model spoke first: no hold line added
@@ -248,7 +249,7 @@ async def test_idle_costs_nothing_and_unregistering_stops_the_call_and_hands_it_
         assert len(model.requests) == before  # no input, no model call
         model.add_rule({"last_user_contains": "hello there"}, {"content": "Hi!"})
         await _say(tab, "hello there")
-        await tab.until(lambda: any(e["text"] == "Hi!" for e in _live(tab, "channel.output.end")))
+        await _heard(tab, "Hi!")
         model.add_rule({"last_user_contains": "ended"}, {"content": "Noted, the call ended."})
         out = await tab.rpc("v1.channel.unregister", {"name": "mic"})
         assert out == {"unregistered": True, "stopped": [str(call.id)]}
@@ -281,8 +282,7 @@ async def test_inputs_in_quick_succession_are_answered_once_by_the_newest(
         model.add_rule({"last_user_contains": "third thought"}, {"content": "Got all three."})
         replies = [await _say(tab, f"{word} thought") for word in ("first", "second", "third")]
         assert all(r["delivered"] for r in replies)
-        await tab.until(lambda: any(e["text"] == "Got all three."
-                                    for e in _live(tab, "channel.output.end")), 15)
+        await _heard(tab, "Got all three.")
         await tab.until(lambda: tab.turns(csid) and all(
             t["status"] in ("completed", "cancelled") for t in tab.turns(csid)))
         statuses = [t["status"] for t in sorted(tab.turns(csid), key=lambda t: t["created_at"])]
@@ -316,8 +316,7 @@ async def test_inputs_queued_behind_a_tool_are_answered_once_and_never_again_lat
         for word in ("wait", "actually"):
             assert (await _say(tab, word))["interrupted"] is True
         await tab.submit(rtc["id"], "contents")
-        await tab.until(lambda: any(e["text"] == "Answer to actually."
-                                    for e in _live(tab, "channel.output.end")), 15)
+        await _heard(tab, "Answer to actually.")
         await _settled(tab, csid, "cancelled", "completed")
         seen = len(model.requests)
         await asyncio.sleep(4)  # several sweeps
@@ -372,8 +371,7 @@ async def test_tools_a_call_is_not_offered_do_not_run(
         model.add_rule({"last_tool_result_contains": "unknown tool"},
                        {"content": "I cannot do that in a call."})
         await _say(tab, "remind me hourly")
-        await tab.until(lambda: any(e["text"] == "I cannot do that in a call."
-                                    for e in _live(tab, "channel.output.end")), 15)
+        await _heard(tab, "I cannot do that in a call.")
         await _settled(tab, csid, "completed")
         # each answer of the turn is its own entry for a plugin: its own message id
         ends = [e for e in _live(tab, "channel.output.end") if e["session_id"] == csid]
