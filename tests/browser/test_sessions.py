@@ -3,6 +3,7 @@ message, and Retry after a failed turn; checked on screen and in the database.""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -209,6 +210,10 @@ def test_retry_after_a_failed_turn(page: Any, web: Any, worker: Any, model: Any,
                                                                   timeout=20000)
     expect(page.locator("rtc-message-list .user")).to_have_count(2)
     expect(error).to_have_count(1)  # the failure stays in the history
+    deadline = time.monotonic() + 10  # the answer shows before its turn is marked completed
+    while Turn.objects.filter(session_id=sid, status="running").exists() and \
+            time.monotonic() < deadline:
+        time.sleep(0.05)
     assert sorted(Turn.objects.filter(session_id=sid).values_list("status", flat=True)) == [
         "completed", "failed"]
     assert [t for t, _ in _texts(sid)] == ["user_message", "error", "user_message", "markdown"]
