@@ -57,14 +57,16 @@ def admit(session: Session, turn_id: Any) -> bool:
     return not busy
 
 
-def wake(session_id: Any) -> None:
-    """An RTC of ``session_id``'s tree ended: resume the turns waiting at the gate."""
+def wake(session_id: Any, *, root: Any = None) -> None:
+    """An RTC of ``session_id``'s tree ended: resume the turns waiting at the gate. ``root``:
+    the tree's root session when the caller knows it (else it is read)."""
     from apps.turns.queue import enqueue_resume
 
-    row = Session.objects.filter(pk=session_id).values("id", "root_session_id").first()
-    if row is None:
-        return
-    root = row["root_session_id"] or row["id"]
+    if root is None:
+        row = Session.objects.filter(pk=session_id).values("id", "root_session_id").first()
+        if row is None:
+            return
+        root = row["root_session_id"] or row["id"]
     with contextlib.suppress(redis.RedisError):
         r = get_redis()
         waiters = r.spop(_key(root), 1000) or []
@@ -73,5 +75,5 @@ def wake(session_id: Any) -> None:
             enqueue_resume(sid, tid, user_id=uid)
 
 
-def wake_after_commit(session_id: Any) -> None:
-    transaction.on_commit(lambda: wake(session_id), robust=True)
+def wake_after_commit(session_id: Any, *, root: Any = None) -> None:
+    transaction.on_commit(lambda: wake(session_id, root=root), robust=True)

@@ -72,7 +72,8 @@ class RtcChange:
 
 
 def _owned(user_id: int, rtc_id: uuid.UUID | str) -> Rtc:
-    return owned_get(Rtc, "rtc", user_id=user_id, pk=rtc_id)
+    """The caller's RTC with its session (the device check and the gate read it)."""
+    return owned_get(Rtc, "rtc", user_id=user_id, pk=rtc_id, related=("session",))
 
 
 def _check_device(rtc: Rtc, device_id: str) -> None:
@@ -94,7 +95,11 @@ def _resume_after_commit(rtc: Rtc) -> None:
     )
     from apps.rtc.gate import wake_after_commit
 
-    wake_after_commit(rtc.session_id)  # a turn of its sub-agent tree may wait for the device
+    # a turn of its sub-agent tree may wait for the device; the tree's root is known when the
+    # session was read with the RTC
+    session = rtc.session if Rtc.session.is_cached(rtc) else None
+    root = (session.root_session_id or session.id) if session is not None else None
+    wake_after_commit(rtc.session_id, root=root)
 
 
 def rtc_update_status(
@@ -149,11 +154,13 @@ def rtc_submit_result(
                 values["result"] = result
             else:
                 values["error_message"] = (error or "the tool failed")[:10000]
+            session = rtc.session
             try:
                 rtc = rtc_transition(rtc_id=rtc.id, to=to, user_id=user_id, values=values)
             except InvalidState:
                 rtc = Rtc.objects.select_related("session").get(pk=rtc.id)
             else:
+                rtc.session = session  # read with it just now: the gate needs its tree's root
                 _resume_after_commit(rtc)
                 return RtcChange(rtc=rtc, updates=_published(rtc))
     return RtcChange(rtc=rtc, duplicate=bool(client_id) and rtc.client_id == client_id)

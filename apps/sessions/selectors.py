@@ -169,10 +169,13 @@ def visible_in_sessions(model: type[Any], *, user_id: int) -> QuerySet[Any]:
     )
 
 
-def owned_get(model: type[Any], entity: str, *, user_id: int, pk: uuid.UUID | str) -> Any:
-    """The caller's visible ``model`` row ``pk``, or ``NotFound(entity)`` (never tell which)."""
+def owned_get(model: type[Any], entity: str, *, user_id: int, pk: uuid.UUID | str,
+              related: tuple[str, ...] = ()) -> Any:
+    """The caller's visible ``model`` row ``pk``, or ``NotFound(entity)`` (never tell which);
+    ``related``: foreign keys read in the same query."""
     key = as_uuid(pk, entity)
-    row = visible_in_sessions(model, user_id=user_id).filter(pk=key).first()
+    rows = visible_in_sessions(model, user_id=user_id).filter(pk=key)
+    row = (rows.select_related(*related) if related else rows).first()
     if row is None:
         raise NotFound(entity, key)
     return row

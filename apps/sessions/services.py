@@ -16,8 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.db import IntegrityError, transaction
-from django.db.models import F
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from apps.attachments.validation import files_validate
@@ -234,19 +233,25 @@ def session_update(
 def session_allocate_offsets(*, session_id: uuid.UUID | str, count: int = 1) -> int:
     """Reserve ``count`` consecutive ``global_offset`` values; returns the first.
 
-    One conditional UPDATE on the session's counter: call it inside the transaction that inserts
-    the messages, so the row lock serializes concurrent writers until that commit.
+    One ``UPDATE ... RETURNING`` on the session's counter (one round trip: it is on the path of
+    every message): call it inside the transaction that inserts the messages, so the row lock
+    serializes concurrent writers until that commit.
     """
     if count < 1:
         raise ValueError("count must be positive")
     pk = as_uuid(session_id, "session")
-    with transaction.atomic():
-        if not Session.objects.filter(pk=pk).update(
-            last_message_offset=F("last_message_offset") + count
-        ):
-            raise NotFound("session", pk)
-        last = Session.objects.filter(pk=pk).values_list("last_message_offset", flat=True).get()
-    return last - count + 1
+    table = connection.ops.quote_name(Session._meta.db_table)
+    column = connection.ops.quote_name(Session._meta.get_field("last_message_offset").column)
+    key = connection.ops.quote_name(Session._meta.pk.column)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {table} SET {column} = {column} + %s WHERE {key} = %s RETURNING {column}",  # noqa: S608 - names from the model, values bound
+            [count, Session._meta.pk.get_db_prep_value(pk, connection)],
+        )
+        row = cursor.fetchone()
+    if row is None:
+        raise NotFound("session", pk)
+    return int(row[0]) - count + 1
 
 
 def session_notify(*, session_id: Any, user_id: int, client_id: str, text: str,
@@ -526,7 +531,10 @@ def message_send(
                 message.save(force_insert=True)
         except IntegrityError:
             raise _conflict(user_id, client_id) from None
-        session = Session.objects.get(pk=session.pk)
+        if created:  # as the row is: nothing else could change it before this commit
+            session.last_message_offset = offset
+        else:  # the row as locked by this transaction's updates: the snapshot is the newest
+            session = Session.objects.get(pk=session.pk)
         update = publish_update(
             user_id=user_id,
             items=[

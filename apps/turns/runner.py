@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -42,7 +43,7 @@ from apps.turns.conversation import conversation_for
 from apps.turns.engine import Checkpoint, RtcOutcome
 from apps.turns.llm import ChatModel, Event, Usage
 from apps.turns.llm_errors import LLMError
-from apps.turns.models import Turn, TurnStatus
+from apps.turns.models import TURN_TRANSITIONS, Turn, TurnStatus
 from apps.turns.profiles import ModelProfile, profile_for
 from apps.turns.serializers import turn_to_dict
 from apps.turns.services import turn_transition
@@ -54,6 +55,15 @@ log = logging.getLogger(__name__)
 
 ERRORS_PER_HOUR = 20
 __all__ = ["SYSTEM_PROMPT", "DjangoTurnPorts", "HoldLost", "conversation_for", "tools_for"]
+
+
+_MESSAGE_IDS = uuid.UUID("0b9f6a52-54c4-4f55-9a43-1d8c2f3e7a10")  # namespace of ``message_id``
+
+
+def message_id(client_id: str) -> uuid.UUID:
+    """The id a message the engine creates gets: derived from its (per-user unique) server-made
+    ``client_id``, so it is known before the row exists and the same when a step repeats."""
+    return uuid.uuid5(_MESSAGE_IDS, client_id)
 
 
 def _call_key(call_id: str) -> str:
@@ -97,6 +107,11 @@ class WatchedModel:
         return open_stream(self.inner, messages, tools, should_cancel, self.watch.set_abort)
 
 
+class TurnEnded(BaseException):
+    """A resumed turn was stopped before its first write (``DjangoTurnPorts.begin``): the run
+    ends there, its write rolled back. A BaseException for the same reason as ``HoldLost``."""
+
+
 class HoldLost(BaseException):
     """This worker no longer holds the turn's session (its lease ran out while it was stalled):
     another worker may be running the turn, so this one must stop writing at once. A
@@ -126,6 +141,7 @@ class DjangoTurnPorts:
         self._unwritten_call: tuple[int, dict[str, Any]] | None = None  # see record_call
         self._preloaded: dict[str, Any] | None = None
         self._unbilled: Callable[[], None] | None = None  # see settle
+        self._resuming = False  # see begin
         self.tid = str(turn.id)
         self.user_id = turn.user_id
         self._streams: dict[tuple[int, str], Message] = {}
@@ -219,8 +235,7 @@ class DjangoTurnPorts:
         with transaction.atomic():
             msg, items, data_list = self._new_message(
                 key, role, content, streaming=streaming, answers=answers)
-            if items:
-                publish_update(user_id=self.user_id, items=items, data_list=data_list)
+            self._publish(items, data_list)
             return msg
 
     def _new_message(
@@ -237,6 +252,7 @@ class DjangoTurnPorts:
         offset = session_allocate_offsets(session_id=self.session.id)
         turn_offset = Message.objects.filter(turn_id=self.turn.id).count()
         msg = Message.objects.create(
+            id=message_id(client_id),
             session_id=self.session.id,
             user_id=self.user_id,
             client_id=client_id,
@@ -268,22 +284,14 @@ class DjangoTurnPorts:
             for name, value in fields.items():
                 setattr(msg, name, value)
             msg.save(update_fields=[*fields, "updated_at"])
-            publish_update(
-                user_id=self.user_id,
-                items=[item("message", "updated", msg.id)],
-                data_list=[message_to_dict(msg)],
-            )
+            self._publish([item("message", "updated", msg.id)], [message_to_dict(msg)])
 
     def delta(self, step: int, kind: str, text: str) -> None:
+        """Publish a chunk of answer ``step``. The first chunk of a stream goes out before its
+        message is stored (then at once): its id is known in advance (``message_id``), and a
+        client keeps chunks of a message it has not seen yet (docs/protocol.md §4.5)."""
         msg = self._streams.get((step, kind))
-        if msg is None:
-            msg = self._message(
-                f"{step}:{kind}",
-                MessageRole.ASSISTANT,
-                {"type": kind, "data": ""},
-                streaming="streaming",
-            )
-            self._streams[(step, kind)] = msg
+        key = f"{step}:{kind}"
         self._texts.setdefault((step, kind), []).append(text)
         self._seq += 1
         publish_live(
@@ -292,12 +300,17 @@ class DjangoTurnPorts:
                 "type": "chunk",
                 "session_id": str(self.session.id),
                 "turn_id": self.tid,
-                "message_id": str(msg.id),
+                "message_id": str(msg.id if msg is not None
+                                  else message_id(f"turn:{self.tid}:{key}")),
                 "kind": kind,
                 "delta": text,
                 "seq": self._seq,
             },
         )
+        if msg is None:
+            self._streams[(step, kind)] = self._message(
+                key, MessageRole.ASSISTANT, {"type": kind, "data": ""}, streaming="streaming",
+            )
 
     def finish_answer(
         self, step: int, text: str, reasoning: str, usage: Usage | None, *, cancelled: bool = False
@@ -433,8 +446,7 @@ class DjangoTurnPorts:
         step, call = self._unwritten_call
         with transaction.atomic():
             _, items, data_list = self._new_call_message(step, call)
-            if items:
-                publish_update(user_id=self.user_id, items=items, data_list=data_list)
+            self._publish(items, data_list)
 
     def _call_message(self, step: int, call: dict[str, Any]) -> Message | None:
         """The call's ``toolcall_input`` message: kept from ``record_call``, or read back when
@@ -500,8 +512,7 @@ class DjangoTurnPorts:
                     )
                     items.append(item("rtc", "created", rtc.id))
                     data_list.append(rtc_to_dict(rtc))
-            if items:
-                publish_update(user_id=self.user_id, items=items, data_list=data_list)
+            self._publish(items, data_list)
         self.settle()  # after the commit: the browser has the RTC, the answer is accounted
         return "" if rtc is None else str(rtc.id)
 
@@ -521,6 +532,9 @@ class DjangoTurnPorts:
         answer's usage to the turn and the session as it arrives."""
         with transaction.atomic():
             try:
+                if self._resuming and to not in TURN_TRANSITIONS[TurnStatus.INTERRUPTED]:
+                    self._start()  # e.g. completed: by way of running, in one Update
+                self._resuming = False
                 turn = turn_transition(turn_id=self.turn.id, to=to, values=values or None)
             except InvalidState:
                 self.turn = Turn.objects.get(pk=self.turn.id)
@@ -530,10 +544,39 @@ class DjangoTurnPorts:
             return True
 
     def begin(self) -> bool:
-        """The turn runs (from pending or, on a resume, from interrupted); False if it ended."""
+        """The turn runs (from pending or, on a resume, from interrupted); False if it ended.
+
+        A resumed turn (interrupted) moves to running with the first write of the run, in its
+        transaction and Update (``_publish``): a resume commits once before its model request,
+        not twice. If the turn ended meanwhile (stopped), that write raises ``TurnEnded``."""
         if self.turn.status == TurnStatus.RUNNING:
             return True
+        if self.turn.status == TurnStatus.INTERRUPTED:
+            self._resuming = True
+            return True
         return self._turn_to(TurnStatus.RUNNING)
+
+    def _start(self) -> tuple[dict[str, Any], dict[str, Any]] | None:
+        """Inside a transaction: the deferred move of a resumed turn to running, and its Update
+        item (None when there was none to make). ``InvalidState`` when the turn ended."""
+        if not self._resuming:
+            return None
+        turn = turn_transition(turn_id=self.turn.id, to=TurnStatus.RUNNING)
+        self.turn, self._resuming = turn, False
+        return item("turn", "updated", turn.id), turn_to_dict(turn)
+
+    def _publish(self, items: list[dict[str, Any]], data_list: list[dict[str, Any]]) -> None:
+        """Inside a transaction: publish the write's Update items, led by the resumed turn's
+        move to running if it is still to be made (``begin``)."""
+        try:
+            started = self._start()
+        except InvalidState:
+            self.turn = Turn.objects.get(pk=self.turn.id)
+            raise TurnEnded(self.tid) from None
+        if started is not None:
+            items, data_list = [started[0], *items], [started[1], *data_list]
+        if items:
+            publish_update(user_id=self.user_id, items=items, data_list=data_list)
 
     def wait(self) -> None:
         self.settle()
@@ -583,27 +626,28 @@ def _subagent_turn_end(turn: Turn) -> None:
     on_turn_end(turn)
 
 
-def publish_turn(turn: Turn) -> None:
+def publish_turn(turn: Turn, *,
+                 before: list[tuple[dict[str, Any], dict[str, Any]]] | None = None) -> None:
     """Inside a transaction: align the session's status with the turn and publish both; the
     turn alone when the session did not change (running <-> interrupted: it stays active, so
-    each tool pause and resume needs neither the session's row lock nor its snapshot)."""
+    each tool pause and resume needs neither the session's row lock nor its snapshot).
+
+    ``before``: ``(item, data)`` pairs that replace the turn's ``updated`` item at the head of
+    the same Update (a turn just created: ``turn created`` and its trigger message)."""
     busy = turn.status in (TurnStatus.PENDING, TurnStatus.RUNNING, TurnStatus.INTERRUPTED)
     status = SessionStatus.ACTIVE if busy else SessionStatus.IDLE
+    head = before or [(item("turn", "updated", turn.id), turn_to_dict(turn))]
+    items, data_list = [i for i, _ in head], [d for _, d in head]
     changed = Session.objects.filter(pk=turn.session_id).exclude(
         status__in=[SessionStatus.CLOSED, status]
     ).update(status=status, updated_at=timezone.now())
-    if not changed:
-        publish_update(user_id=turn.user_id, items=[item("turn", "updated", turn.id)],
-                       data_list=[turn_to_dict(turn)])
-        return
-    # Locked until commit: a concurrent session.update waits, so its (newer) snapshot gets the
-    # later offset and clients never end on an older session state.
-    session = Session.objects.select_for_update().get(pk=turn.session_id)
-    publish_update(
-        user_id=turn.user_id,
-        items=[item("turn", "updated", turn.id), item("session", "updated", session.id)],
-        data_list=[turn_to_dict(turn), session_to_dict(session)],
-    )
+    if changed:
+        # Locked until commit: a concurrent session.update waits, so its (newer) snapshot gets
+        # the later offset and clients never end on an older session state.
+        session = Session.objects.select_for_update().get(pk=turn.session_id)
+        items.append(item("session", "updated", session.id))
+        data_list.append(session_to_dict(session))
+    publish_update(user_id=turn.user_id, items=items, data_list=data_list)
 
 
 def close_open_rtcs(turn: Turn, *, reason: str) -> None:

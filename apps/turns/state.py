@@ -82,10 +82,21 @@ def checkpoint_load(turn_id: str) -> dict[str, Any] | None:
 def checkpoint_save(turn_id: str, data: dict[str, Any]) -> None:
     """Store the checkpoint in PostgreSQL, then in Redis; ``CheckpointNotCached`` when Redis
     refused it (see the module docstring)."""
+    checkpoint_store(turn_id, data)
+    checkpoint_cache(turn_id, data)
+
+
+def checkpoint_store(turn_id: str, data: dict[str, Any]) -> None:
+    """The PostgreSQL half of ``checkpoint_save`` (inside the caller's transaction, if any):
+    ``checkpoint_cache`` must follow once it is committed."""
     TurnCheckpoint.objects.bulk_create(
         [TurnCheckpoint(turn_id=turn_id, data=data, saved_at=timezone.now())],
         update_conflicts=True, unique_fields=["turn"], update_fields=["data", "saved_at"],
     )
+
+
+def checkpoint_cache(turn_id: str, data: dict[str, Any]) -> None:
+    """The Redis half of ``checkpoint_save``: ``CheckpointNotCached`` when Redis refused it."""
     r = get_redis()
     try:
         r.set(_cp(turn_id), json.dumps(data), ex=CHECKPOINT_TTL)

@@ -38,7 +38,7 @@ from django.utils import timezone
 from apps.accounts.services import tokens_purge
 from apps.attachments.services import attachments_purge_deleted
 from apps.gateway import stream
-from apps.gateway.events import item, publish_update
+from apps.gateway.events import item
 from apps.live.ports import ports_for
 from apps.live.services import input_skipped, take_in_earlier_inputs
 from apps.ops import processes
@@ -51,7 +51,7 @@ from apps.turns import engine, queue, state
 from apps.turns.llm import ChatModel, OpenAIChat
 from apps.turns.llm_errors import LLMError
 from apps.turns.models import ACTIVE_TURN_STATUSES, TERMINAL_TURN_STATUSES, Turn, TurnStatus
-from apps.turns.runner import DjangoTurnPorts, HoldLost
+from apps.turns.runner import DjangoTurnPorts, HoldLost, TurnEnded, publish_turn
 from apps.turns.serializers import turn_to_dict
 from rtcagent.conf import rtc_setting
 
@@ -278,6 +278,7 @@ class Worker:
             return
         if msg.client_id.startswith("subagent:") and _stopped_subagent(session_id):
             return  # stopped before its turn began: it never runs
+        empty = engine.Checkpoint().to_json()
         try:
             with transaction.atomic():
                 live = msg.client_id.startswith("live:")
@@ -286,43 +287,49 @@ class Worker:
                 if Turn.objects.filter(session_id=session_id,
                                        status__in=ACTIVE_TURN_STATUSES).exists():
                     raise IntegrityError("active turn")
+                # Created running, with its (empty) checkpoint and the session made active, in
+                # one transaction and one Update: the model request is not kept waiting for a
+                # second commit. A stop from now on finds it running and raises the flag the
+                # turn polls before its first model call.
                 turn = Turn.objects.create(
                     session_id=session_id, user_id=msg.user_id, client_id=msg.client_id,
-                    status=TurnStatus.PENDING, trigger_message=msg,
+                    status=TurnStatus.RUNNING, started_at=timezone.now(), trigger_message=msg,
                 )
                 msg.turn = turn
                 msg.save(update_fields=["turn", "updated_at"])
                 if live:
                     take_in_earlier_inputs(msg, turn)
-                publish_update(
-                    user_id=msg.user_id,
-                    items=[item("turn", "created", turn.id), item("message", "updated", msg.id)],
-                    data_list=[turn_to_dict(turn), message_to_dict(msg)],
-                )
+                state.checkpoint_store(str(turn.id), empty)
+                publish_turn(turn, before=[
+                    (item("turn", "created", turn.id), turn_to_dict(turn)),
+                    (item("message", "updated", msg.id), message_to_dict(msg)),
+                ])
         except IntegrityError:
             # Another turn of this session is still open: this message waits behind it.
             queue.requeue_front(session_id, work)
             park_session(session_id)
             return
-        state.checkpoint_save(str(turn.id), engine.Checkpoint().to_json())
-        self.run_turn(turn)
+        state.checkpoint_cache(str(turn.id), empty)
+        self.run_turn(turn, checkpoint=empty)
 
-    def run_turn(self, turn: Turn) -> None:
-        """Run the turn from its checkpoint (Redis's copy, or PostgreSQL's when Redis lost it).
+    def run_turn(self, turn: Turn, *, checkpoint: dict[str, Any] | None = None) -> None:
+        """Run the turn from its checkpoint (``checkpoint`` when the caller has it, else
+        Redis's copy, or PostgreSQL's when Redis lost it).
 
         A Redis that refuses the checkpoint's copy (``state.CheckpointNotCached``) ends this run
         with the turn still ``running``: the sweeper resumes it from PostgreSQL."""
         hold = self._hold
         ports = ports_for(turn, self.llm_factory(), lambda: bool(hold and hold.lost))
         try:
-            self._run_turn(turn, ports)
+            self._run_turn(turn, ports, checkpoint)
         finally:
             close = getattr(ports, "close", None)
             if close is not None:
                 close()
 
-    def _run_turn(self, turn: Turn, ports: DjangoTurnPorts) -> None:
-        saved = state.checkpoint_load(str(turn.id))
+    def _run_turn(self, turn: Turn, ports: DjangoTurnPorts,
+                  checkpoint: dict[str, Any] | None = None) -> None:
+        saved = checkpoint if checkpoint is not None else state.checkpoint_load(str(turn.id))
         if saved is not None:
             ports.preload(saved)  # engine.advance loads it: not read twice
         else:
@@ -346,6 +353,11 @@ class Worker:
             return
         try:
             outcome = engine.advance(ports)
+        except TurnEnded:  # stopped before the resumed run's first write: as if not begun
+            if ports.turn.status in TERMINAL_TURN_STATUSES:
+                state.checkpoint_delete(str(turn.id))
+            queue.unpark(str(turn.session_id))
+            return
         finally:
             ports.settle(quiet=True)  # an answer left unaccounted by an exception
         # Finished or paused: maybe queue a memory extraction (it runs later, between sessions).

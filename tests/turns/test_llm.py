@@ -301,3 +301,77 @@ def test_from_settings_reads_the_django_settings(settings: pytest.FixtureRequest
         12.0,
         2,
     )
+
+
+class _RawSSE:
+    """A provider that answers every chat request with a fixed server-sent-event body: a real
+    HTTP server for the stream shapes the scripted model does not produce."""
+
+    def __init__(self, body: bytes) -> None:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
+                self.rfile.read(int(self.headers.get("content-length") or 0))
+                self.send_response(200)
+                self.send_header("content-type", "text/event-stream")
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self) -> str:
+        self.thread.start()
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def __exit__(self, *exc: object) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def _event(obj: object) -> str:
+    return f"data: {json.dumps(obj)}\r\n\r\n"
+
+
+def test_events_are_read_as_providers_write_them() -> None:
+    """CRLF line ends, comments, named events, data split over lines, ``reasoning`` as
+    OpenRouter names it, a chunk of another choice: read as the SDK would."""
+    delta = {"choices": [{"index": 0, "delta": {"content": "Hel"}}]}
+    split = json.dumps({"choices": [{"index": 0, "delta": {"content": "lo"}}]})
+    body = (": keep-alive\r\n\r\n"
+            + _event({"choices": [{"index": 0, "delta": {"reasoning": "hmm"}}]})
+            + "event: message\r\n" + _event(delta)
+            + "data: " + split[:13] + "\r\ndata: " + split[13:] + "\r\n\r\n"
+            + _event({"choices": [{"index": 1, "delta": {"content": "other"}}]})
+            + _event({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+            + _event({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2,
+                                               "total_tokens": 5}})
+            + "data: [DONE]\r\n\r\n" + _event({"choices": [{"index": 0,
+                                                            "delta": {"content": "late"}}]}))
+    with _RawSSE(body.encode()) as url:
+        chat = OpenAIChat(api_key=KEY, base_url=url, model="m", timeout=5.0)
+        events = list(chat.stream(USER, None))
+    # the split data line: "\n"-joined, which JSON reads as whitespace only outside strings
+    assert events[0] == ReasoningDelta("hmm")
+    assert [e.text for e in events if isinstance(e, TextDelta)] == ["Hel", "lo"]
+    usage = next(e for e in events if isinstance(e, Usage))
+    assert (usage.prompt_tokens, usage.completion_tokens, usage.total_tokens) == (3, 2, 5)
+    assert events[-1] == Finish("stop")
+
+
+def test_an_error_event_mid_stream_fails_the_answer_with_its_message() -> None:
+    body = (_event({"choices": [{"index": 0, "delta": {"content": "Hi"}}]})
+            + _event({"error": {"message": "upstream overloaded", "type": "server_error"}}))
+    with _RawSSE(body.encode()) as url:
+        chat = OpenAIChat(api_key=KEY, base_url=url, model="m", timeout=5.0)
+        seen: list[object] = []
+        with pytest.raises(LLMError) as caught:
+            for event in chat.stream(USER, None):
+                seen.append(event)
+    assert seen == [TextDelta("Hi")]  # what came before is kept; nothing is repeated
+    assert "upstream overloaded" in caught.value.raw_error

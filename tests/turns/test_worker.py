@@ -99,3 +99,53 @@ def test_a_lost_hold_stops_the_stream_without_failing_the_turn(make_user) -> Non
             ports.save(Checkpoint())
     assert Turn.objects.get(pk=turn.id).status == "running"
     assert state.checkpoint_load(str(turn.id)) is None
+
+
+def test_a_resumed_turn_stopped_before_its_first_write_ends_there(make_user) -> None:
+    """A resume moves the turn to running with its first write (``DjangoTurnPorts.begin``).
+    Stopped between the worker reading it and that write, the run ends: the write is rolled
+    back, the model is not asked, the turn stays cancelled and the session takes messages."""
+    from apps.rtc.models import Rtc
+    from apps.rtc.services import rtc_submit_result
+    from apps.sessions.services import message_send
+    from apps.turns.llm import OpenAIChat
+    from rtcagent.devtools.scripted_llm import ScriptedLLM
+
+    user = make_user()
+    with ScriptedLLM(api_key="k") as llm:
+        worker = Worker(llm_factory=lambda: OpenAIChat(api_key="k", base_url=llm.base_url),
+                        turns=1)
+
+        def run_next() -> None:
+            hold = queue.claim(lease_ms=30000)
+            assert hold is not None
+            work = hold.take()
+            worker._hold = hold
+            worker.handle(hold.session_id, work)
+            hold.ack()
+            hold.yield_session()
+
+        llm.enqueue({"tool_calls": [{"name": "read", "arguments": {"path": "/a.md"}}]})
+        sent = message_send(user_id=user.id, device_id="d1", client_id="c-1",
+                            content={"type": "text", "data": "read it"})
+        run_next()
+        turn = Turn.objects.get(session_id=sent.session.id)
+        assert turn.status == "interrupted"
+        rtc = Rtc.objects.get(turn=turn)
+        rtc_submit_result(user_id=user.id, rtc_id=rtc.id, success=True, result="text",
+                          client_id="r-1", device_id="d1")
+        stale = Turn.objects.get(pk=turn.id)  # what the worker read before the stop
+        turn_stop(user_id=user.id, session_id=sent.session.id)
+        asked = len(llm.requests)
+        messages = Message.objects.filter(session_id=sent.session.id).count()
+        hold = queue.claim(lease_ms=30000)
+        assert hold is not None and hold.take()["kind"] == "resume"
+        worker._hold = hold
+        worker.run_turn(stale)
+        hold.ack()
+        hold.yield_session()
+        assert len(llm.requests) == asked
+    assert Turn.objects.get(pk=turn.id).status == "cancelled"
+    assert Message.objects.filter(session_id=sent.session.id).count() == messages
+    assert state.checkpoint_load(str(turn.id)) is None
+    assert not get_redis().exists(f"rtc:q:s:{{{sent.session.id}}}:parked")
