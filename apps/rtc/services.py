@@ -110,7 +110,9 @@ def rtc_update_status(
 
     Statuses only move forward: a report that would go back (``sent`` after ``executing``) or
     touch a finished RTC is ``InvalidState`` and changes nothing; repeating the current status
-    is a no-op (``duplicate``). A rejection resumes the turn,
+    is a no-op (``duplicate``). ``executing`` is a claim: it stores ``client_id``, and a repeat
+    with another ``client_id`` is ``InvalidState`` (another tab of the device runs the call),
+    so of two claims exactly one is told to run it. A rejection resumes the turn,
     which tells the model ``[Tool Rejected] <reason>``.
     """
     if status not in _BROWSER_STATUSES:
@@ -118,10 +120,17 @@ def rtc_update_status(
     with transaction.atomic():
         rtc = _owned(user_id, rtc_id)
         _check_device(rtc, device_id)
-        if rtc.status == status:  # a retried report (its reply was lost): nothing to do
-            return RtcChange(rtc=rtc, duplicate=True)
+        if rtc.status == status:
+            if status == RtcStatus.EXECUTING and rtc.client_id != client_id:
+                raise InvalidState(  # claimed by another caller (another tab)
+                    f"rtc {rtc.id} is already executing, claimed by another client",
+                    details={"status": rtc.status, "to": status},
+                )
+            return RtcChange(rtc=rtc, duplicate=True)  # a retried report (its reply was lost)
         values: dict[str, Any] = {}
-        if status == RtcStatus.REJECTED:
+        if status == RtcStatus.EXECUTING:
+            values = {"client_id": client_id}
+        elif status == RtcStatus.REJECTED:
             values = {"error_message": reason[:2000], "client_id": client_id}
         rtc = rtc_transition(rtc_id=rtc.id, to=status, user_id=user_id, values=values)
         if status == RtcStatus.REJECTED:

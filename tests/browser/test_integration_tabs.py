@@ -19,10 +19,11 @@ import { createRtcAgent } from '/static/rtc-agent/rtc-agent.js';
 const agent = createRtcAgent({
   shareConnection: true,
   auth: { getToken: () => window.rtcTestToken(900) },
-  functions: [{ name: 'stamp', description: 'Stamp the cart', class: 'write', handler: () => {
+  functions: [{ name: 'stamp', description: 'Stamp the cart', class: 'write', handler: async () => {
     const runs = JSON.parse(localStorage.getItem('stamps') || '[]');
     runs.push(document.title);
     localStorage.setItem('stamps', JSON.stringify(runs));
+    await new Promise((resolve) => setTimeout(resolve, window.stampMs || 0)); // a slow tool
     return `stamped ${runs.length}`;
   } }],
 });
@@ -79,6 +80,50 @@ def test_two_tabs_share_one_socket_and_run_a_tool_once(
     answer = second.locator("rtc-message-list .md").last
     expect(answer).to_have_text("The second tab leads now.", timeout=20000)
     assert second.errors == []
+
+
+# In the tab it runs in: its claims of a call (`executing`) wait until another tab's claim has
+# reached this tab's state, or at most `ms`. A claim made while the other tab's tool still runs
+# is the interleaving the server answers as a repeated report (success), not a refusal.
+CLAIM_LATE = """(ms) => {
+  const agent = window.agent.agent;
+  const rpc = agent.conn.rpc.bind(agent.conn);
+  agent.conn.rpc = async (method, data) => {
+    if (method === 'v1.rtc.update_status' && data.status === 'executing') {
+      const until = Date.now() + ms;
+      const rtc = () => agent.store.state.rtcs[data.rtc_id] || {};
+      while (rtc().status !== 'executing' && Date.now() < until) {
+        await new Promise((resolve) => setTimeout(resolve, 10));
+      }
+    }
+    return rpc(method, data);
+  };
+}"""
+
+
+def test_two_tabs_that_both_see_a_call_run_it_once(
+        ipage: Any, web: Any, worker: Any, model: Any, web_user: Any) -> None:
+    model.add_rule({"last_user_contains": "stamp it", "tool_offered": "stamp"},
+                   {"tool_calls": [{"name": "stamp", "arguments": {}}]})
+    model.add_rule({"last_tool_result_contains": "stamped"}, {"content": "Stamped once."})
+    first = ipage
+    _tab(first, web_user, "first")
+    wait_connected(first)
+    second = first.context.new_page()
+    second_sockets = _tab(second, web_user, "second")
+    wait_connected(second)
+    for tab in (first, second):
+        tab.evaluate("window.stampMs = 1500")
+    second.evaluate(CLAIM_LATE, 3000)
+    send(first, "please stamp it")
+    expect(first.locator("rtc-message-list .md").last).to_have_text("Stamped once.",
+                                                                    timeout=20000)
+    assert json.loads(first.evaluate("localStorage.getItem('stamps')")) in (["first"], ["second"])
+    results = [m["content"] for m in model.requests[-1].body["messages"] if m["role"] == "tool"]
+    assert results == ["stamped 1"] and second_sockets == []
+    from apps.rtc.models import Rtc
+
+    assert [r.status for r in Rtc.objects.all()] == ["completed"]
 
 
 def test_a_result_the_leading_tab_could_not_deliver_is_delivered_by_the_next(

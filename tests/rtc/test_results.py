@@ -41,6 +41,22 @@ def test_repeating_the_current_status_is_a_no_op(make_user) -> None:
     assert Rtc.objects.get(pk=rtc.id).status == "executing"
 
 
+def test_executing_is_a_claim_only_its_claimant_may_repeat(make_user) -> None:
+    """Two tabs of one device both claim a call: the second is refused, so it never runs the
+    tool; the first tab's retry (same client_id, its reply lost) still succeeds."""
+    user = make_user()
+    rtc = _rtc(user, device_id="laptop")
+    claim = {"rtc_id": str(rtc.id), "status": "executing", "client_id": "tab-1"}
+    assert len(_call("v1.rtc.update_status", user, claim, device_id="laptop")["updates"]) == 1
+    with pytest.raises(InvalidState) as refused:
+        _call("v1.rtc.update_status", user, {**claim, "client_id": "tab-2"}, device_id="laptop")
+    assert refused.value.details == {"status": "executing", "to": "executing"}
+    assert _call("v1.rtc.update_status", user, claim, device_id="laptop")["updates"] == []
+    _call("v1.rtc.submit_result", user, {"rtc_id": str(rtc.id), "success": True, "result": "x",
+                                         "client_id": "r-1"}, device_id="laptop")
+    assert Rtc.objects.get(pk=rtc.id).status == "completed"
+
+
 def test_a_result_resumes_the_turn_once(make_user) -> None:
     user = make_user()
     rtc = _rtc(user)

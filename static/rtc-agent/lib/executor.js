@@ -2,11 +2,17 @@
 // * only the session's device runs them (session.device_id, or for sessions created without a
 //   device claim, a client_session_id this device minted, or for a sub-agent's session without
 //   a device, its parent's); other tabs/devices just show them;
-// * `executing` is claimed on the server first: the conditional transition lets one tab win;
+// * one tab of the browser at a time claims and runs a call: it holds the Web Lock
+//   `rtc-agent-run:<rtc id>` from its claim to its result, and a tab that finds the lock taken
+//   leaves the call alone;
+// * `executing` is claimed on the server first, with a fresh client_id: the server refuses a
+//   second claim from another client_id (`invalid_state`), so without Web Locks, or between
+//   widgets with different database names, one claimant still wins;
 // * a `runs` record is written before the tool starts and the result goes to the outbox in the
 //   same transaction as the record's "finished" mark, so a tool that finished is never run again
 //   (its stored result is delivered), and one interrupted by a reload is reported as failed
-//   rather than silently repeated.
+//   rather than silently repeated. The record is read under the lock: a "started" record there
+//   is a page that died running the tool, never another tab still running it.
 import { uuid } from './ids.js';
 import { fitResult } from './outbox.js';
 
@@ -57,7 +63,20 @@ export class Executor {
     this.store.changed();
   }
 
+  // Each tab may offer the approval; the tab that gets the lock claims and runs the call.
   async handle(rtc) {
+    if (rtc.needs_approval && rtc.status !== 'executing' && !(await this.db.get('runs', rtc.id))) {
+      const decision = await this.ask('approval', rtc);
+      if (decision.elsewhere) return;
+      if (!decision.approved) {
+        await this.conn.rpc('v1.rtc.update_status', { rtc_id: rtc.id, status: 'rejected', reason: decision.reason || '', client_id: uuid() });
+        return;
+      }
+    }
+    await exclusively(rtc.id, () => this.claimAndRun(rtc));
+  }
+
+  async claimAndRun(rtc) {
     const run = await this.db.get('runs', rtc.id);
     if (run) {
       if (await this.outbox.has(rtc.id)) return this.outbox.deliver(rtc.id);
@@ -66,15 +85,9 @@ export class Executor {
       }
       return; // finished and acknowledged: nothing left to do
     }
-    if (rtc.status === 'executing') return; // claimed by another tab of this device
-    if (rtc.needs_approval) {
-      const decision = await this.ask('approval', rtc);
-      if (decision.elsewhere) return;
-      if (!decision.approved) {
-        await this.conn.rpc('v1.rtc.update_status', { rtc_id: rtc.id, status: 'rejected', reason: decision.reason || '', client_id: uuid() });
-        return;
-      }
-    }
+    // The newest copy: another tab's claim may have arrived while this one asked or waited.
+    const latest = this.store.state.rtcs[rtc.id] || rtc;
+    if (latest.status === 'executing' || TERMINAL.has(latest.status)) return;
     try {
       await this.conn.rpc('v1.rtc.update_status', { rtc_id: rtc.id, status: 'executing', client_id: uuid() });
     } catch (err) {
@@ -116,4 +129,11 @@ export class Executor {
       this.store.changed();
     });
   }
+}
+
+// `fn()` while holding this browser's lock on the call (origin-wide: every tab and widget of the
+// site); nothing when another holder has it. Without Web Locks, `fn()` (the server decides).
+function exclusively(rtcId, fn) {
+  if (!(globalThis.navigator && navigator.locks && navigator.locks.request)) return fn();
+  return navigator.locks.request(`rtc-agent-run:${rtcId}`, { ifAvailable: true }, (lock) => (lock ? fn() : null));
 }
