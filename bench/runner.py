@@ -127,6 +127,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=5, help="kept rounds (default 5)")
     parser.add_argument("--workers", type=int, default=None,
                         help="worker processes (default 2; 1 in the smoke run)")
+    parser.add_argument("--turns", type=int, default=16,
+                        help="turns each worker runs at once (RTC_WORKER_TURNS; default 16, "
+                             "above the sustained case's levels, so that the case measures the "
+                             "processes, not the setting)")
     parser.add_argument("--ping", type=float, default=10.0,
                         help="RTC_PING_INTERVAL of the stack (default 10 s; idle CPU is scaled "
                              "to production's 25 s)")
@@ -156,7 +160,7 @@ def main(argv: list[str] | None = None) -> None:
         from bench import timeline
 
         timeline.enable()
-    stack = st.Stack(workers=args.workers, ping=args.ping)
+    stack = st.Stack(workers=args.workers, turns=args.turns, ping=args.ping)
     started = time.perf_counter()
     loadavg = " ".join(f"{x:.2f}" for x in os.getloadavg())
     try:
@@ -182,7 +186,8 @@ def main(argv: list[str] | None = None) -> None:
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                     "loadavg": loadavg, "server_cores": sorted(st.SERVER_CORES),
                     "load_cores": sorted(st.LOAD_CORES)},
-        "stack": {"workers": args.workers, "ping_interval_s": args.ping,
+        "stack": {"workers": args.workers, "turns_per_worker": args.turns,
+                  "ping_interval_s": args.ping,
                   "database": os.environ["DATABASE_URL"].split("://")[0],
                   "debug": False, "compression": "off (Daphne accepts none; baselines none)"},
         "cases": cases,

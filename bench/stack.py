@@ -115,6 +115,7 @@ class Stack:
     """Ours: Daphne + workers; plus the scripted model and the bare baselines."""
 
     workers: int = 2
+    turns: int = 16  # RTC_WORKER_TURNS of each worker (see docs/performance.md)
     ping: float = 25.0
     procs: list[Proc] = field(default_factory=list)
     web: Proc | None = None
@@ -149,8 +150,8 @@ class Stack:
                                     str(port)], cores=SERVER_CORES, port=port, env=model)
         self.procs.append(self.web)
         for n in range(self.workers):
-            w = spawn(f"worker-{n}", [py, "manage.py", "rtc_worker"], cores=SERVER_CORES,
-                      env=model)
+            w = spawn(f"worker-{n}", [py, "manage.py", "rtc_worker", "--turns", str(self.turns)],
+                      cores=SERVER_CORES, env=model)
             self.workers_procs.append(w)
             self.procs.append(w)
         db = os.environ["DATABASE_URL"]

@@ -12,12 +12,19 @@ Sends from synchronous code (services, the worker):
 ``async_to_sync(layer.group_send)`` would start a new event loop per call, and channels-redis
 keeps its connection pools per loop, so every send would open fresh Redis connections (about
 5 ms each, on the streaming hot path). Instead one daemon thread per process runs one loop for
-all sync-side sends; a send waits for its completion, so sends from one thread stay in order.
+all sync-side sends. A send does not wait for Redis (about 1 ms through the loop, twice on the
+way to a turn's first model request): it is queued behind the earlier sends of the same calling
+thread, so those still reach Redis in order. Its failure is logged; at most ``MAX_QUEUED`` sends
+wait (beyond that, while Redis hangs, new ones are dropped and logged). What goes through here
+is a bell (a topic's offset, a disconnect): best effort, which the receivers' own polling backs
+up. ``flush`` waits for the queued ones (a worker that stops).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import threading
 from typing import Any
 
@@ -26,6 +33,8 @@ from channels_redis.core import RedisChannelLayer as _RedisChannelLayer
 from redis.asyncio import ConnectionPool
 
 from rtcagent.redis import async_pool
+
+log = logging.getLogger(__name__)
 
 _lock = threading.Lock()
 _loop: asyncio.AbstractEventLoop | None = None
@@ -50,9 +59,63 @@ def _background_loop() -> asyncio.AbstractEventLoop:
         return _loop
 
 
-def group_send(group: str, message: dict[str, Any], *, timeout: float = 5.0) -> None:
-    """Send to a channel-layer group from sync code and wait until it was handed to Redis."""
+MAX_QUEUED = 10_000
+_tails: dict[int, asyncio.Task[None]] = {}  # calling thread -> its latest send (loop thread only)
+_queued = 0  # sends not finished yet (under ``_lock``)
+
+
+async def _chained(key: int, group: str, message: dict[str, Any], limit: float) -> None:
+    """On the loop: send after the calling thread's previous send has finished."""
+    prev = _tails.get(key)
+    me = asyncio.current_task()
+    assert me is not None
+    _tails[key] = me
+    try:
+        if prev is not None:
+            await asyncio.wait({prev})  # its outcome is its own: logged by its callback
+        async with asyncio.timeout(limit):
+            await get_channel_layer().group_send(group, message)
+    finally:
+        if _tails.get(key) is me:
+            del _tails[key]
+
+
+def _done(future: Any, group: str) -> None:
+    global _queued
+    with _lock:
+        _queued -= 1
+    if not future.cancelled() and future.exception() is not None:
+        log.error("channel-layer send to %s failed: %r", group, future.exception())
+
+
+def group_send(group: str, message: dict[str, Any], *, wait: bool = False,
+               timeout: float = 5.0) -> None:
+    """Send to a channel-layer group from sync code, in order with the calling thread's other
+    sends; ``wait``: until it was handed to Redis (raising its error)."""
+    global _queued
+    with _lock:
+        if _queued >= MAX_QUEUED and not wait:
+            log.warning("channel-layer send to %s dropped: %d sends queued", group, _queued)
+            return
+        _queued += 1
     future = asyncio.run_coroutine_threadsafe(
-        get_channel_layer().group_send(group, message), _background_loop()
+        _chained(threading.get_ident(), group, message, timeout), _background_loop()
     )
-    future.result(timeout)
+    future.add_done_callback(lambda f: _done(f, group))
+    if wait:
+        future.result(timeout * 2)
+
+
+def flush(timeout: float = 2.0) -> None:
+    """Wait (at most ``timeout`` seconds) for the sends queued so far."""
+    loop = _loop
+    if loop is None or loop.is_closed():
+        return
+
+    async def pending() -> None:
+        tasks = set(_tails.values())
+        if tasks:
+            await asyncio.wait(tasks, timeout=timeout)
+
+    with contextlib.suppress(Exception):
+        asyncio.run_coroutine_threadsafe(pending(), loop).result(timeout + 1)

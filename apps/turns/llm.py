@@ -302,14 +302,20 @@ class OpenAIChat:
         if cancelled():
             raise Cancelled()
         client = self._get_client()
+        # The prompt goes in ``extra_body`` (the SDK's documented way to send JSON as is): as
+        # ``messages=``/``tools=`` the SDK would first walk every message and tool schema to
+        # transform it, about 1.2 ms per request for a 15 KB prompt with 26 tools; ours are
+        # plain JSON already. ``messages=[]`` is overridden by it.
+        body: dict[str, Any] = {"messages": messages}
+        if tools:
+            body["tools"] = tools
         kwargs: dict[str, Any] = {
             "model": self.model,
-            "messages": messages,
+            "messages": [],
             "stream": True,
             "stream_options": {"include_usage": True},
+            "extra_body": body,
         }
-        if tools:
-            kwargs["tools"] = tools
         # The raw response: the SDK still sends the request, retries its connection and raises
         # its errors for a refused request; the events are read here, as plain JSON, without
         # building the SDK's typed chunk objects (about a third of a worker's CPU per chunk).

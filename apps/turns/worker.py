@@ -53,6 +53,7 @@ from apps.turns.llm_errors import LLMError
 from apps.turns.models import ACTIVE_TURN_STATUSES, TERMINAL_TURN_STATUSES, Turn, TurnStatus
 from apps.turns.runner import DjangoTurnPorts, HoldLost, TurnEnded, publish_turn
 from apps.turns.serializers import turn_to_dict
+from rtcagent import layer
 from rtcagent.conf import rtc_setting
 
 log = logging.getLogger(__name__)
@@ -138,6 +139,7 @@ class Worker:
         heartbeat.stop()
         scheduler.join(timeout=5)
         connection.close()
+        layer.flush()  # the bells of the last Updates (sent without waiting)
         log.info("worker stopped")
 
     @staticmethod
