@@ -286,13 +286,11 @@ class Worker:
                 live = msg.client_id.startswith("live:")
                 if live and input_skipped(msg):
                     return  # a newer input cut it before it started, or its call stopped
-                if Turn.objects.filter(session_id=session_id,
-                                       status__in=ACTIVE_TURN_STATUSES).exists():
-                    raise IntegrityError("active turn")
                 # Created running, with its (empty) checkpoint and the session made active, in
                 # one transaction and one Update: the model request is not kept waiting for a
                 # second commit. A stop from now on finds it running and raises the flag the
-                # turn polls before its first model call.
+                # turn polls before its first model call. Another open turn of the session makes
+                # the insert fail (the constraint turn_one_active_per_session).
                 turn = Turn.objects.create(
                     session_id=session_id, user_id=msg.user_id, client_id=msg.client_id,
                     status=TurnStatus.RUNNING, started_at=timezone.now(), trigger_message=msg,
