@@ -17,6 +17,8 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.db import IntegrityError, connection, transaction
+from django.db.models import Count, OuterRef, Subquery, Value
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from apps.attachments.validation import files_validate
@@ -301,6 +303,12 @@ def _conflict(user_id: int, client_id: str) -> ClientIdConflict:
     return ClientIdConflict(f"client_id {client_id!r} already used", details=details)
 
 
+def _count_of(rows: Any) -> Any:
+    """A subquery counting ``rows`` (0 when none)."""
+    return Coalesce(Subquery(rows.order_by().values(one=Value(1)).annotate(n=Count("*"))
+                             .values("n")[:1]), 0)
+
+
 def turn_limits_check(*, user_id: int, client_id: str) -> None:
     """Refuse one more turn beyond the user's caps: ``RateLimited`` with details
     ``{retry_after: seconds, limit: "queued_turns" | "turns_per_hour", max}``.
@@ -316,22 +324,28 @@ def turn_limits_check(*, user_id: int, client_id: str) -> None:
     per_hour = int(rtc_setting("MAX_TURNS_PER_HOUR"))
     if not max_queued and not per_hour:
         return
-    list(get_user_model().objects.select_for_update(no_key=True).filter(pk=user_id)
-         .values_list("pk", flat=True))
-    queued = (
-        Message.objects.filter(user_id=user_id, role=MessageRole.USER, turn__isnull=True,
+    now = timezone.now()
+    waiting = (
+        Message.objects.filter(user_id=OuterRef("pk"), role=MessageRole.USER, turn__isnull=True,
                                deleted_at__isnull=True, session__deleted_at__isnull=True)
         .exclude(client_id="")  # fork copies: history, not requests
         .exclude(client_id__startswith=RESERVED_CLIENT_ID_PREFIX)
-        .count()
+    )
+    started = Turn.objects.filter(user_id=user_id, created_at__gt=now - timedelta(hours=1))
+    users = get_user_model().objects.filter(pk=user_id)
+    list(users.select_for_update(no_key=True).values_list("pk", flat=True))
+    # Both counts in one query (it is on the path of every message), a statement after the lock
+    # so that it sees what the sends that held the lock before this one committed.
+    queued, count = (
+        users.annotate(queued=_count_of(waiting),
+                  started=_count_of(started.filter(user_id=OuterRef("pk"))) if per_hour
+                  else Value(0))
+        .values_list("queued", "started").first() or (0, 0)
     )
     details: dict[str, Any] | None = None
     if max_queued and queued >= max_queued:
         details = {"retry_after": QUEUED_RETRY_AFTER, "limit": "queued_turns", "max": max_queued}
     elif per_hour:
-        now = timezone.now()
-        started = Turn.objects.filter(user_id=user_id, created_at__gt=now - timedelta(hours=1))
-        count = started.count()
         if count + queued >= per_hour:
             # A slot frees when the turn that puts the user at the cap leaves the hour.
             k = count + queued - per_hour
