@@ -142,6 +142,7 @@ class DjangoTurnPorts:
         self._preloaded: dict[str, Any] | None = None
         self._unbilled: Callable[[], None] | None = None  # see settle
         self._resuming = False  # see begin
+        self._turn_offset: int | None = None  # the next message's turn_offset (see _new_message)
         self.tid = str(turn.id)
         self.user_id = turn.user_id
         self._streams: dict[tuple[int, str], Message] = {}
@@ -250,7 +251,12 @@ class DjangoTurnPorts:
         if found is not None:
             return found, [], []
         offset = session_allocate_offsets(session_id=self.session.id)
-        turn_offset = Message.objects.filter(turn_id=self.turn.id).count()
+        if self._turn_offset is None:  # counted once per run: only this run adds to the turn
+            self._turn_offset = Message.objects.filter(turn_id=self.turn.id).count()
+        turn_offset = self._turn_offset
+        # a write rolled back ends the run (TurnEnded, HoldLost, an error): the count never
+        # outlives one
+        self._turn_offset += 1
         msg = Message.objects.create(
             id=message_id(client_id),
             session_id=self.session.id,
