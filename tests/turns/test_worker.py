@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from django.utils import timezone
@@ -101,6 +103,54 @@ def test_a_lost_hold_stops_the_stream_without_failing_the_turn(make_user) -> Non
     assert state.checkpoint_load(str(turn.id)) is None
 
 
+def _in_process(llm: Any) -> tuple[Worker, Callable[[], None]]:
+    """A worker of this process on the scripted model, and a function that runs its next
+    queue item to its end (or its pause)."""
+    from apps.turns.llm import OpenAIChat
+
+    worker = Worker(llm_factory=lambda: OpenAIChat(api_key="k", base_url=llm.base_url), turns=1)
+
+    def run_next() -> None:
+        hold = queue.claim(lease_ms=30000)
+        assert hold is not None
+        work = hold.take()
+        worker._hold = hold
+        worker.handle(hold.session_id, work)
+        hold.ack()
+        hold.yield_session()
+
+    return worker, run_next
+
+
+def test_a_turns_messages_are_numbered_in_order_across_its_runs(make_user) -> None:
+    from apps.rtc.models import Rtc
+    from apps.rtc.services import rtc_submit_result
+    from apps.sessions.services import message_send
+    from rtcagent.devtools.scripted_llm import ScriptedLLM
+
+    user = make_user()
+    with ScriptedLLM(api_key="k") as llm:
+        _, run_next = _in_process(llm)
+        llm.enqueue({"content": "Reading.", "tool_calls": [
+            {"name": "read", "arguments": {"path": "/a.md"}}]})
+        llm.enqueue({"content": "Done."})
+        sent = message_send(user_id=user.id, device_id="d1", client_id="c-1",
+                            content={"type": "text", "data": "read it"})
+        run_next()
+        rtc = Rtc.objects.get(session_id=sent.session.id)
+        rtc_submit_result(user_id=user.id, rtc_id=rtc.id, success=True, result="text",
+                          client_id="r-1", device_id="d1")
+        run_next()
+    turn = Turn.objects.get(session_id=sent.session.id)
+    assert turn.status == "completed"
+    rows = list(Message.objects.filter(turn=turn).order_by("global_offset")
+                .values_list("content__type", "turn_offset"))
+    # the trigger, the first answer and its call (first run), the result and the answer (resume)
+    assert [t for t, _ in rows] == ["text", "markdown", "toolcall_input", "toolcall_output",
+                                    "markdown"]
+    assert [n for _, n in rows] == [0, 1, 2, 3, 4]
+
+
 def test_a_resumed_turn_stopped_before_its_first_write_ends_there(make_user) -> None:
     """A resume moves the turn to running with its first write (``DjangoTurnPorts.begin``).
     Stopped between the worker reading it and that write, the run ends: the write is rolled
@@ -108,23 +158,11 @@ def test_a_resumed_turn_stopped_before_its_first_write_ends_there(make_user) -> 
     from apps.rtc.models import Rtc
     from apps.rtc.services import rtc_submit_result
     from apps.sessions.services import message_send
-    from apps.turns.llm import OpenAIChat
     from rtcagent.devtools.scripted_llm import ScriptedLLM
 
     user = make_user()
     with ScriptedLLM(api_key="k") as llm:
-        worker = Worker(llm_factory=lambda: OpenAIChat(api_key="k", base_url=llm.base_url),
-                        turns=1)
-
-        def run_next() -> None:
-            hold = queue.claim(lease_ms=30000)
-            assert hold is not None
-            work = hold.take()
-            worker._hold = hold
-            worker.handle(hold.session_id, work)
-            hold.ack()
-            hold.yield_session()
-
+        worker, run_next = _in_process(llm)
         llm.enqueue({"tool_calls": [{"name": "read", "arguments": {"path": "/a.md"}}]})
         sent = message_send(user_id=user.id, device_id="d1", client_id="c-1",
                             content={"type": "text", "data": "read it"})
