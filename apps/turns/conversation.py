@@ -91,7 +91,14 @@ def load(
         return (starts.get(m.turn_id, m.global_offset), m.turn_offset if m.turn_id else 0,
                 m.global_offset)
 
-    trigger = turn.trigger_message if turn is not None else None
+    trigger = None
+    if turn is not None and turn.trigger_message_id is not None:
+        # read with the rows (not a query of its own), and kept on the turn for its other readers
+        trigger = next((m for m in rows if m.id == turn.trigger_message_id), None)
+        if trigger is not None:
+            turn.trigger_message = trigger
+        else:  # deleted: as before, the reference still orders the conversation
+            trigger = turn.trigger_message
     summaries = sorted(
         (m for m in rows if m.content.get("type") == ContentType.SUMMARY),
         key=lambda m: m.global_offset,
