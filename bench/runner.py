@@ -137,8 +137,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--profile", type=Path, default=None,
                         help="record py-spy profiles (collapsed stacks) of ours into this folder")
     parser.add_argument("--timeline", action="store_true",
-                        help="log and report where each live interruption spends its time in "
-                             "the server processes (bench/timeline.py)")
+                        help="log and report where a new turn, a resume and a live interruption "
+                             "spend their time in the server processes (bench/timeline.py)")
     parser.add_argument("--out", type=Path, default=RESULTS, help="results folder")
     args = parser.parse_args(argv)
     from bench.cases import CASES
@@ -203,10 +203,12 @@ def main(argv: list[str] | None = None) -> None:
     print(table)
     if args.timeline:
         found = report["timeline"]
-        print(f"timeline of {found['interruptions']} interruptions (ms; missing steps: "
-              f"{', '.join(found['missing']) or 'none'}):")
-        for label, figures in found["phases"].items():
-            print(f"   {label:<75} p50 {figures['p50']:7.1f}  p90 {figures['p90']:7.1f}")
+        print(f"timeline (ms; missing steps: {', '.join(found['missing']) or 'none'}):")
+        for path in ("live", "turn", "resume"):
+            if path in found:
+                print(f"  {path} ({found[path]['count']} found)")
+                for label, figures in found[path]["phases"].items():
+                    print(f"   {label:<75} p50 {figures['p50']:7.1f}  p90 {figures['p90']:7.1f}")
     print(f"wrote {args.out}/{stem}.json and {stem}.md in {report['seconds']:.0f} s; "
           f"server logs in {st.LOG_DIR}")
     failed = [n for n, c in cases.items() if "error" in c]

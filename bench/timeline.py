@@ -1,13 +1,23 @@
-"""``--timeline``: where a live interruption spends its time inside the server processes.
+"""``--timeline``: where a turn's latency goes inside the server processes.
 
-A diagnostic beside the ``live`` case, not a figure any target reads. With ``--timeline`` the
-runner starts Daphne and the workers with a ``sitecustomize`` (``site_dir``) that, once Django is
-set up, wraps the functions of the interrupt path (``STEPS``) so that each logs
+A diagnostic beside the cases, not a figure any target reads. With ``--timeline`` the runner
+starts the web process and the workers with a ``sitecustomize`` (``site_dir``) that, once Django
+is set up, wraps the functions named in ``STEPS`` so that each logs
 ``TIMELINE <time.monotonic_ns> <thread> <name>>`` on entry and ``...<`` on exit to the process's
-log. ``phases`` then cuts every interrupting input into consecutive steps, from the moment
-``v1.channel.input`` reached its service to the new request leaving for the model, and reports
-the median and p90 of each. The wrappers cost a few microseconds a call; a step whose function
-was renamed is left out (``missing`` in the logs), never an error.
+log. ``phases`` then cuts each path of ``CHAINS`` into consecutive steps and reports the median
+and p90 of each:
+
+* ``live``: an interrupting input, from ``v1.channel.input`` reaching its service to the new
+  request leaving for the model (the ``live`` case);
+* ``turn``: a new message, from ``v1.message.send`` reaching its service to the answer's first
+  chunk handed to the client's socket (the ``chunks`` case's time to first chunk); only messages
+  with no other one within 200 ms, so that concurrent turns' steps are not mixed up;
+* ``resume``: a tool's result, from ``v1.rtc.submit_result`` reaching its service to the next
+  request leaving for the model (the ``tools`` case's resume).
+
+The wrappers cost a few microseconds a call (of a coroutine function, only its call is timed,
+not its run); a step whose function was renamed is left out (``missing`` in the logs), never an
+error.
 """
 
 from __future__ import annotations
@@ -34,18 +44,44 @@ STEPS = [
     ("apps.live.ports", "LivePorts.begin"),
     ("apps.live.ports", "LivePorts.prompt"),
     ("apps.turns.llm", "OpenAIChat._attempt"),
+    ("apps.sessions.services", "message_send"),
+    ("apps.rtc.services", "rtc_submit_result"),
+    ("apps.turns.worker", "Worker.handle"),
+    ("apps.turns.runner", "DjangoTurnPorts.prompt"),
+    ("apps.turns.runner", "DjangoTurnPorts.delta"),
+    ("apps.turns.runner", "DjangoTurnPorts.record_result"),
+    ("apps.gateway.consumer", "GatewayConsumer.send_live"),
 ]
-# consecutive marks of one interruption, each the first after the previous one, and the phase
-# that ends at it
-CHAIN = [
-    ("Watch.fire>", "input received -> interrupt fired (the input's transaction committed)"),
-    ("LivePorts.finish_answer<", "fired -> cut answer stored (stream aborted, partial text saved)"),
-    ("LivePorts.cancel<", "cut turn closed (accounting, turn cancelled, checkpoint deleted)"),
-    ("Worker.start_turn>", "between turns (memory-extraction check, ack, next item)"),
-    ("LivePorts.begin<", "new turn created and running (two transactions, two Updates)"),
-    ("LivePorts.prompt<", "prompt built (window, token counts)"),
-    ("OpenAIChat._attempt>", "request sent to the model"),
-]
+# per path: the mark that starts it, and its consecutive marks, each the first after the
+# previous one, with the phase that ends at it
+CHAINS: dict[str, tuple[str, list[tuple[str, str]]]] = {
+    "live": ("channel_input>", [
+        ("Watch.fire>", "input received -> interrupt fired (the input's transaction committed)"),
+        ("LivePorts.finish_answer<",
+         "fired -> cut answer stored (stream aborted, partial text saved)"),
+        ("LivePorts.cancel<", "cut turn closed (accounting, turn cancelled, checkpoint deleted)"),
+        ("Worker.start_turn>", "between turns (memory-extraction check, ack, next item)"),
+        ("LivePorts.begin<", "new turn created and running"),
+        ("LivePorts.prompt<", "prompt built (window, token counts)"),
+        ("OpenAIChat._attempt>", "request sent to the model"),
+    ]),
+    "turn": ("message_send>", [
+        ("message_send<", "message stored, Update published (the send's transaction)"),
+        ("Worker.start_turn>", "a worker woke and took the session's item"),
+        ("DjangoTurnPorts.prompt>", "turn created running, its ports set up"),
+        ("OpenAIChat._attempt>", "prompt built (conversation, memory, reminders, tokens)"),
+        ("DjangoTurnPorts.delta>", "model: request sent -> first chunk read"),
+        ("GatewayConsumer.send_live>", "first chunk published -> at the client's socket"),
+    ]),
+    "resume": ("rtc_submit_result>", [
+        ("rtc_submit_result<", "result stored, resume queued (the submit's transaction)"),
+        ("DjangoTurnPorts.record_result>", "a worker woke, read the turn and its checkpoint"),
+        ("DjangoTurnPorts.record_result<", "result message written (the turn running again)"),
+        ("DjangoTurnPorts.prompt>", "checkpoint saved"),
+        ("OpenAIChat._attempt>", "prompt built"),
+    ]),
+}
+ISOLATED_NS = 200_000_000  # ``turn``: no other message this close
 
 
 def _log(name: str) -> None:
@@ -106,7 +142,8 @@ def enable() -> None:
 
 
 def phases(logs: list[Path]) -> dict[str, Any]:
-    """Median and p90 (ms) of each phase of the interruptions found in the processes' logs."""
+    """Per path of ``CHAINS``: how many were found, and the median and p90 (ms) of each phase
+    and of the whole, from the processes' logs."""
     marks: list[tuple[int, str]] = []
     for log in logs:
         for line in log.read_text(errors="replace").splitlines():
@@ -114,32 +151,37 @@ def phases(logs: list[Path]) -> dict[str, Any]:
                 _, t, _, name = line.split(" ", 3)
                 marks.append((int(t), name))
     marks.sort()
-    inputs = [t for t, name in marks if name == "channel_input>"]
-    found: dict[str, list[float]] = {label: [] for _, label in CHAIN}
-    found["total: input received -> request sent"] = []
-    found["(v1.channel.input service, whole)"] = []
-    for i, t0 in enumerate(inputs):
-        end = inputs[i + 1] if i + 1 < len(inputs) else float("inf")
-        window = [(t, name) for t, name in marks if t0 < t < end]
-        done = next((t for t, name in window if name == "channel_input<"), None)
-        if done is not None:
-            found["(v1.channel.input service, whole)"].append((done - t0) / 1e6)
-        times, last = [], t0
-        for mark, _ in CHAIN:
-            last = next((t for t, name in window if name == mark and t >= last), -1)
-            if last < 0:
-                break
-            times.append(last)
-        if len(times) < len(CHAIN):  # not an interruption (the call's first input), or cut short
-            continue
-        for (_, label), prev, t in zip(CHAIN, [t0, *times], times, strict=False):
-            found[label].append((t - prev) / 1e6)
-        found["total: input received -> request sent"].append((times[-1] - t0) / 1e6)
+    out: dict[str, Any] = {"unit": "ms",
+                           "missing": sorted({n for _, n in marks if n.startswith("missing:")})}
+    for path, (start, chain) in CHAINS.items():
+        starts = [t for t, name in marks if name == start]
+        if path == "turn":
+            starts = [t for i, t in enumerate(starts)
+                      if (i == 0 or t - starts[i - 1] > ISOLATED_NS)
+                      and (i + 1 == len(starts) or starts[i + 1] - t > ISOLATED_NS)]
+        found: dict[str, list[float]] = {label: [] for _, label in chain}
+        total = f"total: {start[:-1]} -> {chain[-1][0][:-1]}"
+        found[total] = []
+        for i, t0 in enumerate(starts):
+            end = starts[i + 1] if i + 1 < len(starts) else float("inf")
+            window = [(t, name) for t, name in marks if t0 < t < end]
+            times, last = [], t0
+            for mark, _ in chain:
+                last = next((t for t, name in window if name == mark and t >= last), -1)
+                if last < 0:
+                    break
+                times.append(last)
+            if len(times) < len(chain):  # not this path (a call's first input), or cut short
+                continue
+            for (_, label), prev, t in zip(chain, [t0, *times], times, strict=False):
+                found[label].append((t - prev) / 1e6)
+            found[total].append((times[-1] - t0) / 1e6)
+        if found[total]:
+            out[path] = {"count": len(found[total]),
+                         "phases": {label: {"p50": statistics.median(v), "p90": _p90(v)}
+                                    for label, v in found.items() if v}}
+    return out
 
-    def p90(values: list[float]) -> float:
-        return sorted(values)[int(0.9 * (len(values) - 1))]
 
-    return {"interruptions": len(found["total: input received -> request sent"]),
-            "unit": "ms", "missing": sorted({n for _, n in marks if n.startswith("missing:")}),
-            "phases": {label: {"p50": statistics.median(v), "p90": p90(v)}
-                       for label, v in found.items() if v}}
+def _p90(values: list[float]) -> float:
+    return sorted(values)[int(0.9 * (len(values) - 1))]
