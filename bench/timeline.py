@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import math
 import os
 import statistics
 import sys
@@ -184,4 +185,5 @@ def phases(logs: list[Path]) -> dict[str, Any]:
 
 
 def _p90(values: list[float]) -> float:
-    return sorted(values)[int(0.9 * (len(values) - 1))]
+    """The nearest-rank 90th percentile (the maximum of fewer than ten values)."""
+    return sorted(values)[math.ceil(0.9 * len(values)) - 1]
