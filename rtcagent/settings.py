@@ -269,6 +269,11 @@ RTC_NUM_PROXIES = env.int("RTC_NUM_PROXIES", default=0)
 if RTC_NUM_PROXIES < 0:
     raise ImproperlyConfigured("RTC_NUM_PROXIES must be 0 or more")
 
+# The ASGI server of the web process (``python -m rtcagent.serve``): uvicorn, or Daphne as before.
+RTC_WEB_SERVER = env.str("RTC_WEB_SERVER", default="uvicorn").strip().lower()
+if RTC_WEB_SERVER not in ("uvicorn", "daphne"):
+    raise ImproperlyConfigured("RTC_WEB_SERVER must be uvicorn or daphne")
+
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "apps.accounts.authentication.RevocableJWTAuthentication",

@@ -17,15 +17,16 @@ channels:
   channel-layer group is still joined for other senders.
 
 Nothing is pushed before the connect reply: publications arriving meanwhile are buffered.
-Terminal closes send ``push.disconnect`` first, since Daphne drops close reasons.
+Terminal closes send ``push.disconnect`` first, since Daphne (``RTC_WEB_SERVER=daphne``) drops
+close reasons.
 
-Slow clients: Daphne buffers whatever a client does not read, without bound, and ASGI does not
-show that buffer. A pong proves the client read everything sent before its ping, so the bytes
-sent since the last answered ping bound what can be waiting in it. Past ``SLOW_CLIENT_BYTES`` a
-probe ping goes out at once; without its pong (or any progress) within ``PONG_TIMEOUT``, or past
-four times the limit, the connection is closed with 3008 (slow; the client reconnects and
-recovers from its offset). The connect reply (its recovered publications are bounded by
-``RECOVERY_LIMIT``) counts as read.
+Slow clients: the server (``rtcagent.serve``, either server) buffers whatever a client does not
+read, without bound, and ASGI does not show that buffer. A pong proves the client read
+everything sent before its ping, so the bytes sent since the last answered ping bound what can
+be waiting in it. Past ``SLOW_CLIENT_BYTES`` a probe ping goes out at once; without its pong (or
+any progress) within ``PONG_TIMEOUT``, or past four times the limit, the connection is closed
+with 3008 (slow; the client reconnects and recovers from its offset). The connect reply (its
+recovered publications are bounded by ``RECOVERY_LIMIT``) counts as read.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ import contextlib
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -54,6 +56,7 @@ from rtcagent.errors import InvalidRequest, RtcError
 from . import livebus, presence, recovery, registry, stream, ticks
 from . import protocol as P
 from .auth import Identity, TokenRejected, authenticate, identity_valid
+from .groups import group_add_many, group_discard_many, sync_joiner
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +67,17 @@ def db_hop(fn: Any) -> Any:
     """One thread hop into the ORM, on a pool thread: not asgiref's single shared thread, which
     would run every connection's database work of the process one call at a time."""
     return database_sync_to_async(fn, thread_sensitive=False)
+
+
+def connect_state(identity: Identity, hint: Any, join: Callable[[Any], None] | None
+                  ) -> recovery.TopicStart | None:
+    """At connect, in one thread hop: None when the token is no longer valid (one read), else
+    the channel-layer groups joined (``join``, when given: in the same Redis round trip as the
+    position, and before it, so no bell rung after the position was read is missed), then where
+    the user's topic starts and what the client missed (``recovery.topic_start``)."""
+    if not identity_valid(identity):
+        return None
+    return recovery.topic_start(identity.user_id, hint, after=join)
 
 
 def origin_allowed(origin: str, host: str) -> bool:
@@ -194,10 +208,10 @@ class GatewayConsumer(AsyncWebsocketConsumer):
         await self._leave_groups()
 
     async def _leave_groups(self) -> None:
-        for group in self.groups_joined:
+        groups, self.groups_joined = self.groups_joined, []
+        if groups:
             with contextlib.suppress(Exception):
-                await self.channel_layer.group_discard(group, self.channel_name)
-        self.groups_joined = []
+                await group_discard_many(self.channel_layer, groups, self.channel_name)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         if self.closed:
@@ -283,19 +297,23 @@ class GatewayConsumer(AsyncWebsocketConsumer):
                 return
             await self.disconnect_with(P.DISCONNECT_INVALID_TOKEN)
             return
-        if not await db_hop(identity_valid)(identity):
-            await self.disconnect_with(P.DISCONNECT_INVALID_TOKEN)
-            return
         uid = identity.user_id
-        for group in (keys.topic_group(uid), keys.live_group(uid), keys.user_group(uid)):
-            if self.closed:  # the socket went away meanwhile: join nothing more
-                return
-            await self.channel_layer.group_add(group, self.channel_name)
-            self.groups_joined.append(group)
+        # The groups before the position is read, so that no bell rung after it is missed.
+        groups = [keys.topic_group(uid), keys.live_group(uid), keys.user_group(uid)]
+        self.groups_joined = groups  # left on any failure or close from here on
+        join = sync_joiner(self.channel_layer, groups, self.channel_name)
+        if join is None:
+            await group_add_many(self.channel_layer, groups, self.channel_name)
         subs = cmd.params.get("subs") if isinstance(cmd.params.get("subs"), dict) else {}
         topic = keys.topic_channel(uid)
-        start = await db_hop(recovery.topic_start)(uid, subs.get(topic))
-        if self.closed:
+        if not self.closed:
+            start = await db_hop(connect_state)(identity, subs.get(topic), join)
+        if self.closed:  # the socket went away meanwhile: its cleanup may have run before the
+            self.groups_joined = groups  # joins landed, so leave them (again) now
+            await self._leave_groups()
+            return
+        if start is None:
+            await self.disconnect_with(P.DISCONNECT_INVALID_TOKEN)
             return
         self.identity = identity
         self.topic_epoch, self.topic_last = start.epoch, start.last

@@ -5,6 +5,7 @@ Synchronous (Redis + ORM); the consumer calls these through one thread hop each.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,14 +51,16 @@ def _hint_position(hint: Any) -> tuple[int, str] | None:
     return (offset, epoch)
 
 
-def topic_start(user_id: int, hint: Any) -> TopicStart:
+def topic_start(user_id: int, hint: Any, *, after: Callable[[Any], None] | None = None
+                ) -> TopicStart:
     """Decide recovery for the user's topic (Centrifuge semantics, see docs/protocol.md §3).
 
     Recovered only when the epoch matches (an empty or ``_`` epoch never does) and every
     publication after the client's offset up to the watermark is still stored and within
     ``RECOVERY_LIMIT``; otherwise ``recovered: false`` and the client reloads its state.
+    ``after``: commands sent ahead of the position read (``stream.position``).
     """
-    pos = stream.position(user_id)
+    pos = stream.position(user_id, after=after)
     if pos.watermark < pos.offset:  # allocations in flight: settle the stale ones first
         stream.fill_gaps(user_id)
         pos = stream.position(user_id)
@@ -88,7 +91,7 @@ def topic_start(user_id: int, hint: Any) -> TopicStart:
 
 def _within_bytes(rows: list[tuple[int, str]]) -> list[dict[str, Any]]:
     """The leading publications whose encoded size stays within ``RECOVERY_MAX_BYTES`` (at least
-    one): a reply is one WebSocket message, and both Daphne and the clients bound those. Each
+    one): a reply is one WebSocket message, and both the server and the clients bound those. Each
     ``data`` is the stored JSON text as an ``orjson.Fragment``: sent on as it is."""
     cap = int(rtc_setting("RECOVERY_MAX_BYTES"))
     total, out = 0, []

@@ -22,12 +22,11 @@ from __future__ import annotations
 
 import logging
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import IntegrityError, transaction
-from django.db.models import TextField
-from django.db.models.functions import Cast
+from django.db import IntegrityError, connection, transaction
 
 from rtcagent import keys, layer
 from rtcagent.conf import rtc_setting
@@ -108,9 +107,20 @@ def allocate(user_id: int) -> Position:
     return _run_position_script(user_id, allocate=True)
 
 
-def position(user_id: int) -> Position:
-    """Current epoch, counter and committed watermark (creates the epoch if Redis lost it)."""
-    return _run_position_script(user_id, allocate=False)
+def position(user_id: int, *, after: Callable[[Any], None] | None = None) -> Position:
+    """Current epoch, counter and committed watermark (creates the epoch if Redis lost it).
+
+    ``after`` queues commands on the same pipeline ahead of the read (one round trip): the
+    connect's group joins (``apps.gateway.groups.sync_joiner``)."""
+    if after is None:
+        return _run_position_script(user_id, allocate=False)
+    pipe = get_redis().pipeline(transaction=False)
+    after(pipe)
+    pipe.eval(_POSITION_LUA, 4, keys.topic_epoch(user_id), keys.topic_offset(user_id),
+              keys.topic_pending(user_id), keys.topic_pending_users(), secrets.token_hex(6), "",
+              str(user_id), "0")
+    epoch, off, mark = pipe.execute()[-1]
+    return Position(epoch=str(epoch), offset=int(off), watermark=int(mark))
 
 
 def store(user_id: int, data: dict[str, Any]) -> TopicEvent:
@@ -168,6 +178,12 @@ def read_range(
 
 
 GAP_JSON = '{"type":"gap","data":{}}'
+# Double-quoted identifiers: standard SQL, as Django quotes them on PostgreSQL and SQLite alike.
+_READ_RAW_SQL = (
+    'SELECT "offset", "kind", CAST("data" AS TEXT) FROM "gateway_topicevent"'
+    ' WHERE "user_id" = %s AND "epoch" = %s AND "offset" > %s AND "offset" <= %s'
+    ' ORDER BY "offset"'
+)
 
 
 def read_raw(
@@ -175,15 +191,19 @@ def read_raw(
 ) -> list[tuple[int, str]]:
     """``(offset, publication data as JSON text)`` of ``read_range``'s rows, as the database
     prints them: replay sends them on with ``orjson.Fragment``, never decoding or re-encoding a
-    publication (docs/performance.md, replay)."""
-    rows = (
-        TopicEvent.objects.filter(user_id=user_id, epoch=epoch, offset__gt=after, offset__lte=upto)
-        .order_by("offset")
-        .annotate(raw=Cast("data", TextField()))
-        .values_list("offset", "kind", "raw")
-    )
+    publication (docs/performance.md, replay). One plain SQL statement: the ORM's row handling
+    cost four times the query itself (420 against 110 us of CPU for 100 rows), and every
+    reconnecting client runs it."""
+    sql = _READ_RAW_SQL
+    params: list[Any] = [user_id, epoch, after, upto]
+    if limit is not None:
+        sql += " LIMIT %s"
+        params.append(limit)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
     return [(offset, GAP_JSON if kind == TopicEvent.Kind.GAP else raw)
-            for offset, kind, raw in (rows if limit is None else rows[:limit])]
+            for offset, kind, raw in rows]
 
 
 def fill_gaps(user_id: int, *, grace: float | None = None) -> int:

@@ -1,4 +1,5 @@
-"""Fixtures for the gateway: a real Daphne on the test database and the official Python client."""
+"""Fixtures for the gateway: the real web process (``rtcagent.serve``) on the test database and
+the official Python client."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The official centrifuge-python client against the real gateway (Daphne subprocess)."""
+"""The official centrifuge-python client against the real gateway (web process in a subprocess)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """Break 10 of the hardening issue: frames over 1 MiB were cut by Daphne with a raw 1006.
 
-The web process (``rtcagent.serve``) starts Daphne with twice the gateway's limit, so a frame up to
-the limit goes through, one over it gets the documented 3501, and only absurd ones are cut."""
+The web process (``rtcagent.serve``) starts its server with twice the gateway's limit, so a frame
+up to the limit goes through, one over it gets the documented 3501, and only absurd ones are
+cut."""
 
 from __future__ import annotations
 

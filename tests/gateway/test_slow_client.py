@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 from collections.abc import Iterator
 
 import pytest
@@ -73,3 +74,37 @@ async def test_a_client_that_stops_reading_is_closed_as_slow(strict_gateway, mak
         if any(line.get("id") == 9 for line in lines):
             break
     await healthy.close()
+
+
+async def test_a_stalled_client_never_holds_up_the_others(gateway, make_user) -> None:
+    """More than the socket buffers hold goes unread (a tiny receive buffer on the stalled
+    client's side, 16 MiB sent, below four times ``SLOW_CLIENT_BYTES``): the server must keep
+    taking sends for it, as Daphne did, until the gateway closes it. Suspending them would stall
+    the live bus, which forwards every user's frames of the process in turn: another user's
+    frame would never arrive."""
+    stuck_user, other_user = await sync_to_async(make_user)(), await sync_to_async(make_user)()
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", gateway.port))
+    stalled = await connect(gateway.ws_url, sock=sock, max_queue=1, max_size=None)
+    await stalled.send(json.dumps({"id": 1, "connect": {"token": issue_access_token(stuck_user)}}))
+    (reply,) = await _recv_lines(stalled)
+    assert "connect" in reply
+    other = await _connected(gateway.ws_url, issue_access_token(other_user))
+    try:
+        for _ in range(40):
+            await sync_to_async(publish_live)(stuck_user.id, {"delta": "x" * 400 * 1024})
+        await sync_to_async(publish_live)(other_user.id, {"delta": "for the other user"})
+
+        async def other_gets_its_frame() -> None:
+            while True:
+                lines = await _recv_lines(other, timeout=5)
+                if {} in lines:
+                    await other.send("{}")
+                if any("pub" in line.get("push", {}) for line in lines):
+                    return
+
+        await asyncio.wait_for(other_gets_its_frame(), 5)
+    finally:
+        stalled.transport.abort()
+        await other.close()

@@ -8,6 +8,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from datetime import timedelta
+from email.message import Message
 from typing import Any
 from urllib.parse import parse_qs, quote, urlsplit
 
@@ -192,14 +193,16 @@ def web(django_db_setup: Any, django_db_blocker: Any,
 
 
 def http(method: str, url: str, data: bytes | None = None,
-         headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
+         headers: dict[str, str] | None = None) -> tuple[int, Message, bytes]:
+    """Status, headers (looked up in any case: servers may send names in lower case, as HTTP
+    allows) and body."""
     request = urllib.request.Request(url, data=data, method=method,  # noqa: S310
                                      headers=headers or {})
     try:
         with urllib.request.urlopen(request, timeout=20) as response:  # noqa: S310
-            return response.status, dict(response.headers.items()), response.read()
+            return response.status, response.headers, response.read()
     except urllib.error.HTTPError as exc:
-        return exc.code, dict(exc.headers.items()), exc.read()
+        return exc.code, exc.headers, exc.read()
 
 
 @pytest.mark.django_db(transaction=True)

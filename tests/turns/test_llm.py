@@ -311,7 +311,7 @@ class _RawSSE:
         from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
+            def do_POST(self) -> None:
                 self.rfile.read(int(self.headers.get("content-length") or 0))
                 self.send_response(200)
                 self.send_header("content-type", "text/event-stream")
