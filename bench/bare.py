@@ -10,7 +10,7 @@
 * ``replay``: reads a user's stored publications from PostgreSQL (``psycopg``) and sends the same
   history frames (the replay baseline).
 
-All run without compression, like Daphne.
+All run without compression, like the web process.
 """
 
 from __future__ import annotations

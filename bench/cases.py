@@ -1,9 +1,9 @@
 """The cases of ``make bench``. Each returns ``{"ours": ..., "baseline": ..., "ratios": [...]}``.
 
-Ours goes through the full stack (the official ``centrifuge-python`` client, Daphne, the worker,
-PostgreSQL, Redis, the scripted model); each baseline is the simplest program doing the same
-unavoidable work (``bench.bare``). Both alternate in rounds (``alternate``). The ``live`` case
-(``bench.live``, issue 15) has no baseline: its target is absolute.
+Ours goes through the full stack (the official ``centrifuge-python`` client, the web process,
+the worker, PostgreSQL, Redis, the scripted model); each baseline is the simplest program doing
+the same unavoidable work (``bench.bare``). Both alternate in rounds (``alternate``). The
+``live`` case (``bench.live``, issue 15) has no baseline: its target is absolute.
 """
 
 from __future__ import annotations
@@ -265,8 +265,8 @@ async def _open_many(make: Callable[[int], Awaitable[Any]], start: int, stop: in
 
 async def idle(ctx: Ctx) -> dict[str, Any]:
     """Memory per authenticated idle connection and idle CPU, ramping the same levels on ours
-    (Daphne's RSS and CPU) and on the bare echo server. CPU is measured at the top level over
-    one ping interval (each socket pings once, the process tick runs once) and scaled to
+    (the web process's RSS and CPU) and on the bare echo server. CPU is measured at the top
+    level over one ping interval (each socket pings once, the process tick runs once) and scaled to
     production's 25 s interval and to 10,000 connections."""
     levels = ctx.opts.pick([1000, 2000], [20])
     window = ctx.opts.pick(ctx.stack.ping, 1.0)

@@ -18,7 +18,7 @@ Clocks: the scripted model stamps ``request[TAG]`` and ``closed[TAG]`` with
 ``time.monotonic_ns`` (one clock for every process of the machine). The server's receipt of the
 input is not observable from outside, so it is estimated as the client's send time plus half
 the median round trip of a no-op RPC measured on the same connection in the same round (the
-no-op's round trip includes its own transport through Daphne both ways; half of it is the
+no-op's round trip includes its own transport through the web process both ways; half of it is the
 one-way part). Figures measured from the send time itself are reported too (``from_send``).
 """
 

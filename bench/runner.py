@@ -50,7 +50,8 @@ def drop_users() -> int:
 
 
 def profile(stack: st.Stack, folder: Path) -> list[subprocess.Popen[bytes]]:
-    """``py-spy record`` of Daphne and each worker (idle frames left out) until the run ends."""
+    """``py-spy record`` of the web process and each worker (idle frames left out) until the run
+    ends: ``web.txt``, ``worker-<n>.txt``."""
     spy = Path(sys.executable).with_name("py-spy")
     folder.mkdir(parents=True, exist_ok=True)
     return [subprocess.Popen(  # noqa: S603
@@ -189,7 +190,8 @@ def main(argv: list[str] | None = None) -> None:
         "stack": {"workers": args.workers, "turns_per_worker": args.turns,
                   "ping_interval_s": args.ping,
                   "database": os.environ["DATABASE_URL"].split("://")[0],
-                  "debug": False, "compression": "off (Daphne accepts none; baselines none)"},
+                  "debug": False,
+                  "compression": "off (the web process accepts none; baselines none)"},
         "cases": cases,
     }
     if args.timeline:

@@ -1,10 +1,11 @@
 """The production-like stack the harness measures, and the processes of the baselines.
 
 Settings as in production (``DJANGO_DEBUG=False``, PostgreSQL from ``DATABASE_URL``, Redis from
-``REDIS_URL``, a shared JWT key folder), Daphne started by ``rtcagent.serve`` and worker
-processes by ``manage.py rtc_worker`` as in the Procfile. Servers (Daphne, workers, baselines)
-are pinned to one core and this process, the load generator, and the scripted model to the
-other (on a machine with a single core nothing is pinned).
+``REDIS_URL``, a shared JWT key folder), the web process started by ``rtcagent.serve`` (uvicorn
+unless ``RTC_WEB_SERVER`` says otherwise) and worker processes by ``manage.py rtc_worker`` as in
+the Procfile. Servers (the web process, workers, baselines) are pinned to one core and this
+process, the load generator, and the scripted model to the other (on a machine with a single
+core nothing is pinned).
 """
 
 from __future__ import annotations
@@ -112,7 +113,7 @@ def wait_ready(procs: list[Proc], within: float = 90) -> None:
 
 @dataclass
 class Stack:
-    """Ours: Daphne + workers; plus the scripted model and the bare baselines."""
+    """Ours: the web process + workers; plus the scripted model and the bare baselines."""
 
     workers: int = 2
     turns: int = 16  # RTC_WORKER_TURNS of each worker (see docs/performance.md)
@@ -146,8 +147,8 @@ class Stack:
         model = {"OPENAI_API_KEY": "sk-bench", "OPENAI_BASE_URL": self.llm_url,
                  "RTC_MODEL": "scripted-model", "RTC_PING_INTERVAL": str(self.ping)}
         port = free_port()
-        self.web = spawn("daphne", [py, "-m", "rtcagent.serve", "-b", "127.0.0.1", "-p",
-                                    str(port)], cores=SERVER_CORES, port=port, env=model)
+        self.web = spawn("web", [py, "-m", "rtcagent.serve", "-b", "127.0.0.1", "-p",
+                                 str(port)], cores=SERVER_CORES, port=port, env=model)
         self.procs.append(self.web)
         for n in range(self.workers):
             w = spawn(f"worker-{n}", [py, "manage.py", "rtc_worker", "--turns", str(self.turns)],
@@ -164,7 +165,7 @@ class Stack:
         wait_ready(self.procs)
 
     def server_pids(self) -> list[int]:
-        """Ours on the server core: Daphne and the workers."""
+        """Ours on the server core: the web process and the workers."""
         return [p.pid for p in [self.web, *self.workers_procs] if p is not None]
 
     def stamps(self) -> dict[str, dict[str, int]]:

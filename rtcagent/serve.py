@@ -12,7 +12,9 @@ sockets (docs/performance.md). Both get the same contract, decided here once for
   close, before the gateway sees it. So the server's limit is twice the gateway's
   ``MAX_FRAME_BYTES`` and at least 64 MiB: every frame up to that reaches the gateway, which
   refuses the ones over its limit with the documented ``3501 frame too large``; only larger ones
-  are cut by the server (close 1009), after it buffered them (so at most 64 MiB per connection).
+  are cut by the server: uvicorn closes with 1009 (a single frame from its header, before reading
+  it; a fragmented message once its fragments pass the limit, so at most 64 MiB is buffered per
+  connection), Daphne drops the connection (1006).
   Autobahn also applies the limit to what it *sends* (a recovery or an RPC page can be larger
   than any frame a client may send), hence the 64 MiB floor; uvicorn bounds incoming ones only.
 * **No permessage-deflate**, no server-side WebSocket ping (the gateway's Centrifuge ping is the

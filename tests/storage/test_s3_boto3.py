@@ -46,8 +46,8 @@ def user_s3(web: S3Server, make_user: Any) -> tuple[Any, str]:
 
 
 def meta(response: dict) -> dict[str, str]:
-    """User metadata, names lower-cased: Daphne (Twisted) writes every header name in its
-    canonical capitalisation (``X-Amz-Meta-Origin``), which boto3 keeps (docs/storage.md)."""
+    """User metadata, names lower-cased: which case boto3 reports depends on the web server
+    (uvicorn sends header names in lower case, Daphne capitalised; docs/storage.md)."""
     return {name.lower(): value for name, value in response["Metadata"].items()}
 
 
