@@ -29,6 +29,7 @@ import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from email.message import Message
 from pathlib import Path
 from typing import IO, Any
 from urllib.error import HTTPError
@@ -193,8 +194,9 @@ class Processes:
             log.close()
 
 
-def get(url: str) -> tuple[int, dict[str, str], bytes]:
-    """GET without following redirects."""
+def get(url: str) -> tuple[int, Message, bytes]:
+    """GET without following redirects; headers looked up in any case (uvicorn sends names in
+    lower case, as HTTP allows)."""
 
     class NoRedirect(urllib.request.HTTPRedirectHandler):
         def redirect_request(self, *args: Any, **kwargs: Any) -> None:
@@ -203,9 +205,9 @@ def get(url: str) -> tuple[int, dict[str, str], bytes]:
     opener = urllib.request.build_opener(NoRedirect)
     try:
         with opener.open(url, timeout=10) as res:
-            return res.status, dict(res.headers), res.read()
+            return res.status, res.headers, res.read()
     except HTTPError as exc:
-        return exc.code, dict(exc.headers), exc.read()
+        return exc.code, exc.headers, exc.read()
 
 
 @pytest.fixture(scope="module")
