@@ -299,9 +299,11 @@ def _subtree(session_id: Any) -> list[Session]:
 
 def stop_tree(session_id: Any, *, reason: str = "stopped", notify_top: bool = True
               ) -> list[SubAgent]:
-    """Stop a sub-agent and its descendants, leaves first: each row marked stopped (its
-    parent resumed or told), its open turn stopped, its session closed. Returns the rows that
-    were still running. ``notify_top`` False: the top one's parent is not told (it asked)."""
+    """Stop a sub-agent and its descendants, leaves first: each row marked stopped, its open
+    turn stopped, its session closed. Returns the rows that were still running. Only the top
+    one's parent is resumed or told, and not with ``notify_top`` False (it asked): the others'
+    parents are in the tree, stopped too, and a parent resumed by its child's end could run on
+    (answer, complete and report) before its own turn is stopped."""
     from apps.sessions.services import session_close
     from apps.turns.services import turn_stop
 
@@ -309,7 +311,7 @@ def stop_tree(session_id: Any, *, reason: str = "stopped", notify_top: bool = Tr
     tree = _subtree(session_id)
     for session in reversed(tree):
         top = session.id == tree[0].id
-        sub = finish(session.id, SubAgentStatus.STOPPED, reason, notify=notify_top or not top)
+        sub = finish(session.id, SubAgentStatus.STOPPED, reason, notify=notify_top and top)
         if sub is not None:
             stopped.append(sub)
         try:
