@@ -335,13 +335,14 @@ class _RawSSE:
 
 
 def _event(obj: object) -> str:
-    return f"data: {json.dumps(obj)}\r\n\r\n"
+    return f"data: {json.dumps(obj, ensure_ascii=False)}\r\n\r\n"
 
 
 def test_events_are_read_as_providers_write_them() -> None:
     """CRLF line ends, comments, named events, data split over lines, ``reasoning`` as
-    OpenRouter names it, a chunk of another choice: read as the SDK would."""
-    delta = {"choices": [{"index": 0, "delta": {"content": "Hel"}}]}
+    OpenRouter names it, a chunk of another choice, UTF-8 with no charset in the content type:
+    read as the SDK would."""
+    delta = {"choices": [{"index": 0, "delta": {"content": "Hé✓"}}]}
     split = json.dumps({"choices": [{"index": 0, "delta": {"content": "lo"}}]})
     body = (": keep-alive\r\n\r\n"
             + _event({"choices": [{"index": 0, "delta": {"reasoning": "hmm"}}]})
@@ -358,7 +359,7 @@ def test_events_are_read_as_providers_write_them() -> None:
         events = list(chat.stream(USER, None))
     # the split data line: "\n"-joined, which JSON reads as whitespace only outside strings
     assert events[0] == ReasoningDelta("hmm")
-    assert [e.text for e in events if isinstance(e, TextDelta)] == ["Hel", "lo"]
+    assert [e.text for e in events if isinstance(e, TextDelta)] == ["Hé✓", "lo"]
     usage = next(e for e in events if isinstance(e, Usage))
     assert (usage.prompt_tokens, usage.completion_tokens, usage.total_tokens) == (3, 2, 5)
     assert events[-1] == Finish("stop")
