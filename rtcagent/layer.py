@@ -64,28 +64,32 @@ _tails: dict[int, asyncio.Task[None]] = {}  # calling thread -> its latest send 
 _queued = 0  # sends not finished yet (under ``_lock``)
 
 
-async def _chained(key: int, group: str, message: dict[str, Any], limit: float) -> None:
-    """On the loop: send after the calling thread's previous send has finished."""
+async def _chained(key: int, group: str, message: dict[str, Any], limit: float,
+                   waited: bool) -> None:
+    """On the loop: send after the calling thread's previous send has finished; a failure is
+    logged here unless the caller waits for it (it is raised to that caller)."""
     prev = _tails.get(key)
     me = asyncio.current_task()
     assert me is not None
     _tails[key] = me
     try:
         if prev is not None:
-            await asyncio.wait({prev})  # its outcome is its own: logged by its callback
+            await asyncio.wait({prev})  # its outcome is its own
         async with asyncio.timeout(limit):
             await get_channel_layer().group_send(group, message)
+    except Exception as exc:
+        if not waited:
+            log.error("channel-layer send to %s failed: %r", group, exc)
+        raise
     finally:
         if _tails.get(key) is me:
             del _tails[key]
 
 
-def _done(future: Any, group: str) -> None:
+def _done(_future: Any) -> None:
     global _queued
     with _lock:
         _queued -= 1
-    if not future.cancelled() and future.exception() is not None:
-        log.error("channel-layer send to %s failed: %r", group, future.exception())
 
 
 def group_send(group: str, message: dict[str, Any], *, wait: bool = False,
@@ -99,9 +103,9 @@ def group_send(group: str, message: dict[str, Any], *, wait: bool = False,
             return
         _queued += 1
     future = asyncio.run_coroutine_threadsafe(
-        _chained(threading.get_ident(), group, message, timeout), _background_loop()
+        _chained(threading.get_ident(), group, message, timeout, wait), _background_loop()
     )
-    future.add_done_callback(lambda f: _done(f, group))
+    future.add_done_callback(_done)
     if wait:
         future.result(timeout * 2)
 

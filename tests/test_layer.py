@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
+import pytest
 from channels.layers import get_channel_layer
 
 from rtcagent import layer
@@ -42,7 +43,13 @@ def test_sends_that_do_not_wait_still_arrive_in_each_threads_order() -> None:
         assert asyncio.run(_receive(channels[group], 150)) == list(range(150))
 
 
-def test_a_waiting_send_is_in_redis_when_it_returns() -> None:
+def test_a_waiting_send_raises_its_error_and_one_that_does_not_wait_logs_it(caplog) -> None:
     channel = asyncio.run(_join("waited"))
     layer.group_send("waited", {"type": "x", "n": 7}, wait=True)
     assert asyncio.run(_receive(channel, 1)) == [7]
+    with pytest.raises(TypeError):  # channels refuses the name: the caller that waits hears it
+        layer.group_send("no spaces allowed", {"type": "x"}, wait=True)
+    layer.group_send("no spaces allowed", {"type": "x"})  # returns at once: logged instead
+    layer.flush(10)
+    assert any("channel-layer send to no spaces allowed failed" in r.getMessage()
+               for r in caplog.records)

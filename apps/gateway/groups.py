@@ -39,14 +39,18 @@ async def group_add_many(layer: Any, groups: list[str], channel: str) -> None:
             await layer.group_add(group, channel)
         return
     assert layer.require_valid_channel_name(channel), "Channel name not valid"
-    now = time.time()
     for index, members in _by_shard(layer, groups).items():
         pipe = layer.connection(index).pipeline(transaction=False)
-        for group in members:
-            key = layer._group_key(group)
-            pipe.zadd(key, {channel: now})
-            pipe.expire(key, layer.group_expiry)
+        _queue_joins(pipe, [layer._group_key(g) for g in members], channel, layer.group_expiry)
         await pipe.execute()
+
+
+def _queue_joins(pipe: Any, keys: list[str], channel: str, expiry: int) -> None:
+    """channels-redis's ``group_add`` for each group key, queued on ``pipe``."""
+    now = time.time()
+    for key in keys:
+        pipe.zadd(key, {channel: now})
+        pipe.expire(key, expiry)
 
 
 async def group_discard_many(layer: Any, groups: list[str], channel: str) -> None:
@@ -75,12 +79,4 @@ def sync_joiner(layer: Any, groups: list[str], channel: str) -> Callable[[Any], 
     for group in groups:
         assert layer.require_valid_group_name(group), "Group name not valid"
     keys = [layer._group_key(group) for group in groups]
-    expiry = layer.group_expiry
-
-    def queue(pipe: Any) -> None:
-        now = time.time()
-        for key in keys:
-            pipe.zadd(key, {channel: now})
-            pipe.expire(key, expiry)
-
-    return queue
+    return lambda pipe: _queue_joins(pipe, keys, channel, layer.group_expiry)

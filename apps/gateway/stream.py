@@ -20,6 +20,7 @@ Invariants:
 
 from __future__ import annotations
 
+import functools
 import logging
 import secrets
 from collections.abc import Callable
@@ -74,32 +75,29 @@ class Position:
     watermark: int  # every offset <= watermark is committed (or filled with a gap)
 
 
-def _run_position_script(user_id: int, allocate: bool) -> Position:
-    r = get_redis()
-    epoch, off, mark = r.eval(
-        _POSITION_LUA,
-        4,
-        keys.topic_epoch(user_id),
-        keys.topic_offset(user_id),
-        keys.topic_pending(user_id),
-        keys.topic_pending_users(),
-        secrets.token_hex(6),
-        "",
-        str(user_id),
-        "1" if allocate else "0",
-    )
+def _position_script(user_id: int, allocate: bool) -> tuple[Any, ...]:
+    """``EVAL``'s arguments of the position script for one user."""
+    return (_POSITION_LUA, 4, keys.topic_epoch(user_id), keys.topic_offset(user_id),
+            keys.topic_pending(user_id), keys.topic_pending_users(), secrets.token_hex(6), "",
+            str(user_id), "1" if allocate else "0")
+
+
+def _position(reply: Any) -> Position:
+    epoch, off, mark = reply
     return Position(epoch=str(epoch), offset=int(off), watermark=int(mark))
+
+
+def _run_position_script(user_id: int, allocate: bool) -> Position:
+    return _position(get_redis().eval(*_position_script(user_id, allocate)))
 
 
 def positions(user_ids: list[int]) -> dict[int, Position]:
     """``position`` of many users in one round trip (a pipeline of the same script)."""
     pipe = get_redis().pipeline(transaction=False)
     for uid in user_ids:
-        pipe.eval(_POSITION_LUA, 4, keys.topic_epoch(uid), keys.topic_offset(uid),
-                  keys.topic_pending(uid), keys.topic_pending_users(), secrets.token_hex(6), "",
-                  str(uid), "0")
-    return {uid: Position(epoch=str(epoch), offset=int(off), watermark=int(mark))
-            for uid, (epoch, off, mark) in zip(user_ids, pipe.execute(), strict=True)}
+        pipe.eval(*_position_script(uid, False))
+    return {uid: _position(reply)
+            for uid, reply in zip(user_ids, pipe.execute(), strict=True)}
 
 
 def allocate(user_id: int) -> Position:
@@ -116,11 +114,8 @@ def position(user_id: int, *, after: Callable[[Any], None] | None = None) -> Pos
         return _run_position_script(user_id, allocate=False)
     pipe = get_redis().pipeline(transaction=False)
     after(pipe)
-    pipe.eval(_POSITION_LUA, 4, keys.topic_epoch(user_id), keys.topic_offset(user_id),
-              keys.topic_pending(user_id), keys.topic_pending_users(), secrets.token_hex(6), "",
-              str(user_id), "0")
-    epoch, off, mark = pipe.execute()[-1]
-    return Position(epoch=str(epoch), offset=int(off), watermark=int(mark))
+    pipe.eval(*_position_script(user_id, False))
+    return _position(pipe.execute()[-1])
 
 
 def store(user_id: int, data: dict[str, Any]) -> TopicEvent:
@@ -178,12 +173,6 @@ def read_range(
 
 
 GAP_JSON = '{"type":"gap","data":{}}'
-# Double-quoted identifiers: standard SQL, as Django quotes them on PostgreSQL and SQLite alike.
-_READ_RAW_SQL = (
-    'SELECT "offset", "kind", CAST("data" AS TEXT) FROM "gateway_topicevent"'
-    ' WHERE "user_id" = %s AND "epoch" = %s AND "offset" > %s AND "offset" <= %s'
-    ' ORDER BY "offset"'
-)
 
 
 def read_raw(
@@ -194,7 +183,7 @@ def read_raw(
     publication (docs/performance.md, replay). One plain SQL statement: the ORM's row handling
     cost four times the query itself (420 against 110 us of CPU for 100 rows), and every
     reconnecting client runs it."""
-    sql = _READ_RAW_SQL
+    sql = _read_raw_sql()
     params: list[Any] = [user_id, epoch, after, upto]
     if limit is not None:
         sql += " LIMIT %s"
@@ -204,6 +193,17 @@ def read_raw(
         rows = cursor.fetchall()
     return [(offset, GAP_JSON if kind == TopicEvent.Kind.GAP else raw)
             for offset, kind, raw in rows]
+
+
+@functools.cache
+def _read_raw_sql() -> str:
+    """``read_raw``'s query: names from the model's metadata, values bound."""
+    meta, q = TopicEvent._meta, connection.ops.quote_name
+    col = {name: q(meta.get_field(name).column) for name in ("user", "epoch", "offset", "kind",
+                                                             "data")}
+    return (f"SELECT {col['offset']}, {col['kind']}, CAST({col['data']} AS TEXT) "  # noqa: S608
+            f"FROM {q(meta.db_table)} WHERE {col['user']} = %s AND {col['epoch']} = %s "
+            f"AND {col['offset']} > %s AND {col['offset']} <= %s ORDER BY {col['offset']}")
 
 
 def fill_gaps(user_id: int, *, grace: float | None = None) -> int:

@@ -41,7 +41,7 @@ def rtc_transition(
     terminal status. ``values`` (``result``, ``error_message``, ``client_id``) are written in the
     same UPDATE, so a result lands only together with the winning transition. Raises
     ``InvalidState`` and changes nothing when the move is refused; ``NotFound`` when the RTC (of
-    ``user_id``, if given) is not there. Publishes nothing.
+    ``user_id``, if given) is not there. Publishes nothing. Read back with its session.
     """
     pk = as_uuid(rtc_id, "rtc")
     now = timezone.now()
@@ -56,7 +56,7 @@ def rtc_transition(
     apply_transition(
         Rtc, entity="rtc", pk=pk, to=to, table=RTC_TRANSITIONS, scope=scope, values=stamps
     )
-    return Rtc.objects.get(pk=pk)
+    return Rtc.objects.select_related("session").get(pk=pk)
 
 
 # --- the browser's side of an RTC: status, result, timeout ----------------------------------
@@ -95,11 +95,8 @@ def _resume_after_commit(rtc: Rtc) -> None:
     )
     from apps.rtc.gate import wake_after_commit
 
-    # a turn of its sub-agent tree may wait for the device; the tree's root is known when the
-    # session was read with the RTC
-    session = rtc.session if Rtc.session.is_cached(rtc) else None
-    root = (session.root_session_id or session.id) if session is not None else None
-    wake_after_commit(rtc.session_id, root=root)
+    # a turn of its sub-agent tree may wait for the device
+    wake_after_commit(rtc.session_id, root=rtc.session.root_session_id or rtc.session_id)
 
 
 def rtc_update_status(
@@ -163,13 +160,11 @@ def rtc_submit_result(
                 values["result"] = result
             else:
                 values["error_message"] = (error or "the tool failed")[:10000]
-            session = rtc.session
             try:
                 rtc = rtc_transition(rtc_id=rtc.id, to=to, user_id=user_id, values=values)
             except InvalidState:
                 rtc = Rtc.objects.select_related("session").get(pk=rtc.id)
             else:
-                rtc.session = session  # read with it just now: the gate needs its tree's root
                 _resume_after_commit(rtc)
                 return RtcChange(rtc=rtc, updates=_published(rtc))
     return RtcChange(rtc=rtc, duplicate=bool(client_id) and rtc.client_id == client_id)

@@ -319,63 +319,40 @@ class OpenAIChat:
         # The raw response: the SDK still sends the request, retries its connection and raises
         # its errors for a refused request; the events are read here, as plain JSON, without
         # building the SDK's typed chunk objects (about a third of a worker's CPU per chunk).
-        opened = client.chat.completions.with_streaming_response.create(**kwargs)
-        response = opened.__enter__()
-        calls: dict[int, dict[str, Any]] = {}
-        finish: str | None = None
-        usage: Usage | None = None
-        try:
-            if on_open is not None:
-                on_open(lambda: _abort(response))
-            if cancelled():
-                raise Cancelled()
-            chunks = _sse_objects(response)
-            while True:
-                try:
-                    chunk = next(chunks)
-                except StopIteration:
-                    break
-                except Exception as exc:
-                    if cancelled():  # aborted from another thread: not a broken stream
-                        raise Cancelled() from None
-                    if isinstance(exc, ValueError):  # a garbled event
-                        raise StreamBroken("the answer stream could not be parsed") from exc
-                    if isinstance(exc, openai.APIConnectionError) and not isinstance(
-                            exc, openai.APITimeoutError):
-                        raise StreamBroken("the connection dropped mid-answer") from exc
-                    raise
+        with client.chat.completions.with_streaming_response.create(**kwargs) as response:
+            calls: dict[int, dict[str, Any]] = {}
+            finish: str | None = None
+            usage: Usage | None = None
+            try:
+                if on_open is not None:
+                    on_open(lambda: _abort(response))
                 if cancelled():
                     raise Cancelled()
-                if isinstance(chunk.get("usage"), dict):
-                    usage = usage_from(_typed_usage(chunk["usage"]))
-                for choice in chunk.get("choices") or ():
-                    if not isinstance(choice, dict) or choice.get("index", 0) != 0:
-                        continue
-                    delta = choice.get("delta") or {}
-                    # DeepSeek/vLLM call it reasoning_content, OpenRouter and newer vLLM reasoning.
-                    reasoning = delta.get("reasoning_content") or delta.get("reasoning")
-                    # NUL cannot be stored (PostgreSQL text and jsonb refuse it): U+FFFD instead.
-                    if isinstance(reasoning, str) and reasoning:
-                        yield ReasoningDelta(scrub_nul(reasoning))
-                    content = delta.get("content")
-                    if isinstance(content, str) and content:
-                        yield TextDelta(scrub_nul(content))
-                    for part in delta.get("tool_calls") or ():
-                        slot = calls.setdefault(part.get("index") or 0,
-                                                {"id": "", "name": "", "args": []})
-                        if part.get("id"):
-                            slot["id"] = str(part["id"])
-                        function = part.get("function") or {}
-                        if function.get("name"):
-                            slot["name"] = str(function["name"])
-                        if function.get("arguments"):
-                            slot["args"].append(str(function["arguments"]))
-                    if choice.get("finish_reason"):
-                        finish = str(choice["finish_reason"])
-        finally:
-            if on_open is not None:
-                on_open(None)
-            opened.__exit__(None, None, None)
+                chunks = _sse_objects(response)
+                while True:
+                    try:
+                        chunk = next(chunks)
+                    except StopIteration:
+                        break
+                    except Exception as exc:
+                        if cancelled():  # aborted from another thread: not a broken stream
+                            raise Cancelled() from None
+                        if isinstance(exc, ValueError):  # a garbled event
+                            raise StreamBroken("the answer stream could not be parsed") from exc
+                        if isinstance(exc, openai.APIConnectionError) and not isinstance(
+                                exc, openai.APITimeoutError):
+                            raise StreamBroken("the connection dropped mid-answer") from exc
+                        raise
+                    if cancelled():
+                        raise Cancelled()
+                    if isinstance(chunk.get("usage"), dict):
+                        usage = usage_from(_typed_usage(chunk["usage"]))
+                    deltas, reason = _deltas(chunk, calls)
+                    yield from deltas
+                    finish = reason or finish
+            finally:
+                if on_open is not None:
+                    on_open(None)
         if finish is None:
             raise StreamBroken("the answer stream ended before the model finished")
         for index in sorted(calls):
@@ -388,6 +365,38 @@ class OpenAIChat:
         if usage is not None:
             yield usage
         yield Finish(finish)
+
+
+def _deltas(chunk: dict[str, Any], calls: dict[int, dict[str, Any]]
+            ) -> tuple[list[Event], str | None]:
+    """The reasoning and text deltas of one streamed chunk (its choice 0) and its finish
+    reason; its tool-call fragments are added to ``calls`` (index -> id, name, argument parts).
+    NUL cannot be stored (PostgreSQL text and jsonb refuse it): U+FFFD instead."""
+    events: list[Event] = []
+    finish = None
+    for choice in chunk.get("choices") or ():
+        if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+            continue
+        delta = choice.get("delta") or {}
+        # DeepSeek/vLLM call it reasoning_content, OpenRouter and newer vLLM reasoning.
+        reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+        if isinstance(reasoning, str) and reasoning:
+            events.append(ReasoningDelta(scrub_nul(reasoning)))
+        content = delta.get("content")
+        if isinstance(content, str) and content:
+            events.append(TextDelta(scrub_nul(content)))
+        for part in delta.get("tool_calls") or ():
+            slot = calls.setdefault(part.get("index") or 0, {"id": "", "name": "", "args": []})
+            if part.get("id"):
+                slot["id"] = str(part["id"])
+            function = part.get("function") or {}
+            if function.get("name"):
+                slot["name"] = str(function["name"])
+            if function.get("arguments"):
+                slot["args"].append(str(function["arguments"]))
+        if choice.get("finish_reason"):
+            finish = str(choice["finish_reason"])
+    return events, finish
 
 
 def _sse_objects(response: Any) -> Iterator[dict[str, Any]]:

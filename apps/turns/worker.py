@@ -346,14 +346,11 @@ class Worker:
                 return
         if turn.stop_requested_at is not None:  # Redis may have lost the flag: the loop polls it
             state.restore_stop(str(turn.id))
-        if not ports.begin():  # stopped (or finished) meanwhile
-            if ports.turn.status in TERMINAL_TURN_STATUSES:
-                state.checkpoint_delete(str(turn.id))
-            queue.unpark(str(turn.session_id))
-            return
         try:
+            if not ports.begin():
+                raise TurnEnded(str(turn.id))
             outcome = engine.advance(ports)
-        except TurnEnded:  # stopped before the resumed run's first write: as if not begun
+        except TurnEnded:  # stopped (or finished) before the run's first write: not begun
             if ports.turn.status in TERMINAL_TURN_STATUSES:
                 state.checkpoint_delete(str(turn.id))
             queue.unpark(str(turn.session_id))

@@ -43,11 +43,28 @@ def _tab(page: Any, user: Any, title: str) -> list[Any]:
     return sockets
 
 
-def test_two_tabs_share_one_socket_and_run_a_tool_once(
-        ipage: Any, web: Any, worker: Any, model: Any, web_user: Any) -> None:
+def _stamp_rules(model: Any) -> None:
+    """The model calls the page's ``stamp`` tool when asked, and says so once it ran."""
     model.add_rule({"last_user_contains": "stamp it", "tool_offered": "stamp"},
                    {"tool_calls": [{"name": "stamp", "arguments": {}}]})
     model.add_rule({"last_tool_result_contains": "stamped"}, {"content": "Stamped once."})
+
+
+def _two_tabs_that_stamp(first: Any, model: Any, user: Any) -> tuple[Any, Any, list[Any]]:
+    """Two connected tabs of ``user`` on the integration page, the model asked to stamp: the
+    first tab, the second, and the sockets the second opened."""
+    _stamp_rules(model)
+    _tab(first, user, "first")
+    wait_connected(first)
+    second = first.context.new_page()
+    second_sockets = _tab(second, user, "second")
+    wait_connected(second)
+    return first, second, second_sockets
+
+
+def test_two_tabs_share_one_socket_and_run_a_tool_once(
+        ipage: Any, web: Any, worker: Any, model: Any, web_user: Any) -> None:
+    _stamp_rules(model)
     model.add_rule({"last_user_contains": "still there"}, {"content": "The second tab leads now."})
     first = ipage
     first_sockets = _tab(first, web_user, "first")
@@ -103,15 +120,7 @@ CLAIM_LATE = """(ms) => {
 
 def test_two_tabs_that_both_see_a_call_run_it_once(
         ipage: Any, web: Any, worker: Any, model: Any, web_user: Any) -> None:
-    model.add_rule({"last_user_contains": "stamp it", "tool_offered": "stamp"},
-                   {"tool_calls": [{"name": "stamp", "arguments": {}}]})
-    model.add_rule({"last_tool_result_contains": "stamped"}, {"content": "Stamped once."})
-    first = ipage
-    _tab(first, web_user, "first")
-    wait_connected(first)
-    second = first.context.new_page()
-    second_sockets = _tab(second, web_user, "second")
-    wait_connected(second)
+    first, second, second_sockets = _two_tabs_that_stamp(ipage, model, web_user)
     for tab in (first, second):
         tab.evaluate("window.stampMs = 1500")
     second.evaluate(CLAIM_LATE, 3000)
@@ -128,15 +137,7 @@ def test_two_tabs_that_both_see_a_call_run_it_once(
 
 def test_a_result_the_leading_tab_could_not_deliver_is_delivered_by_the_next(
         ipage: Any, web: Any, worker: Any, model: Any, web_user: Any) -> None:
-    model.add_rule({"last_user_contains": "stamp it", "tool_offered": "stamp"},
-                   {"tool_calls": [{"name": "stamp", "arguments": {}}]})
-    model.add_rule({"last_tool_result_contains": "stamped"}, {"content": "Stamped once."})
-    first = ipage
-    _tab(first, web_user, "first")
-    wait_connected(first)
-    second = first.context.new_page()
-    second_sockets = _tab(second, web_user, "second")
-    wait_connected(second)
+    first, second, second_sockets = _two_tabs_that_stamp(ipage, model, web_user)
     first.select_option("rtc-agent select[name=mode]", "manual")  # class write: asks in manual
     first.evaluate("window.agent.agent.outbox.paused = true")  # it will hold the result
     send(first, "please stamp it")
