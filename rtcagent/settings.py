@@ -160,6 +160,9 @@ else:
     # in each request or RPC: after PostgreSQL restarted, a dead one is replaced instead of
     # failing that request. Without persistent connections there is nothing to check.
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+    # ... checked on its socket first, without a round trip (rtcagent/pgbackend/base.py).
+    if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+        DATABASES["default"]["ENGINE"] = "rtcagent.pgbackend"
     # django/channels#2176: live-server tests would look for test_test_<name> otherwise.
     DATABASES["default"]["TEST"] = {"NAME": "test_" + DATABASES["default"]["NAME"]}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
