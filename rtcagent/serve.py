@@ -27,6 +27,8 @@ sockets (docs/performance.md). Both get the same contract, decided here once for
   does not finish (a client that reads nothing never sees the close frame).
 * **The access log** never shows presigned URLs' signatures and tokens
   (``apps.storage.s3.accesslog``).
+* **The garbage collector**: what the application loaded is frozen and young passes are rarer
+  (``rtcagent.gctune``).
 * **Graceful shutdown**: on SIGTERM the server stops accepting, closes the WebSockets (1012: the
   clients reconnect elsewhere and recover) and gives requests in flight ``SHUTDOWN_GRACE``.
 """
@@ -74,8 +76,11 @@ def run_daphne(argv: list[str]) -> None:
     from daphne.cli import CommandLineInterface
 
     from apps.storage.s3.accesslog import install
+    from rtcagent import asgi, gctune
 
     install()  # presigned URLs' signatures and tokens never reach the access log
+    del asgi  # loaded before Daphne imports it by name, so that it is frozen with the rest
+    gctune.tune("web")
     CommandLineInterface().run(daphne_args(argv))
 
 
@@ -150,10 +155,13 @@ def gateway_websocket() -> type:
 def run_uvicorn(argv: list[str]) -> None:
     import uvicorn
 
+    from rtcagent import gctune
+    from rtcagent.asgi import application
+
     args = parse_args(argv)
     limit = frame_limit()
     config = uvicorn.Config(
-        "rtcagent.asgi:application",
+        application,
         host=args.bind,
         port=args.port,
         ssl_keyfile=args.ssl_keyfile,
@@ -173,6 +181,7 @@ def run_uvicorn(argv: list[str]) -> None:
     )
     for name in ("uvicorn.access", "uvicorn.error"):
         logging.getLogger(name).addFilter(RedactingFilter())
+    gctune.tune("web")
     uvicorn.Server(config).run()
 
 

@@ -13,7 +13,10 @@ import threading
 from typing import Any
 
 import redis
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
+
+from rtcagent import gctune
 
 log = logging.getLogger("apps.turns.worker")
 
@@ -39,6 +42,10 @@ class Command(BaseCommand):
 
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
+        try:  # before the wait for Redis, so that a bad setting fails at once
+            gctune.tune("worker")
+        except ImproperlyConfigured as exc:
+            raise CommandError(str(exc)) from None
         if not self._redis_never_evicts(worker.stopping):
             return
         worker.run()
