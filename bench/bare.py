@@ -32,7 +32,9 @@ def relay_handler(llm_url: str, redis_url: str) -> Any:
     import openai
     import redis.asyncio as aioredis
 
-    client = openai.AsyncOpenAI(api_key="sk-bench", base_url=llm_url, max_retries=0)
+    # Retries as the SDK's default (a refused or reset connection before any answer), like the
+    # worker's own bounded retries: without them one lost connection hung the sustained case.
+    client = openai.AsyncOpenAI(api_key="sk-bench", base_url=llm_url, max_retries=2)
     store = aioredis.from_url(redis_url)
 
     def frame(channel: str, data: dict[str, Any]) -> str:

@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.timeline:
         found = report["timeline"]
         print(f"timeline (ms; missing steps: {', '.join(found['missing']) or 'none'}):")
-        for path in ("live", "turn", "resume"):
+        for path in ("live", "turn", "pause", "resume"):
             if path in found:
                 print(f"  {path} ({found[path]['count']} found)")
                 for label, figures in found[path]["phases"].items():

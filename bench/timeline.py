@@ -12,6 +12,9 @@ and p90 of each:
 * ``turn``: a new message, from ``v1.message.send`` reaching its service to the answer's first
   chunk handed to the client's socket (the ``chunks`` case's time to first chunk); only messages
   with no other one within 200 ms, so that concurrent turns' steps are not mixed up;
+* ``pause``: a browser tool call, from the end of the model's answer (its stream read to the
+  end) to the RTC's transaction committed (its Update's bell sent), and the answer's accounting
+  that follows before the turn is marked interrupted;
 * ``resume``: a tool's result, from ``v1.rtc.submit_result`` reaching its service to the next
   request leaving for the model (the ``tools`` case's resume).
 
@@ -52,6 +55,9 @@ STEPS = [
     ("apps.turns.runner", "DjangoTurnPorts.delta"),
     ("apps.turns.runner", "DjangoTurnPorts.record_result"),
     ("apps.gateway.consumer", "GatewayConsumer.send_live"),
+    ("apps.turns.runner", "DjangoTurnPorts.finish_answer"),
+    ("apps.turns.runner", "DjangoTurnPorts.save"),
+    ("apps.turns.accounting", "record_answer"),
 ]
 # per path: the mark that starts it, and its consecutive marks, each the first after the
 # previous one, with the phase that ends at it
@@ -73,6 +79,12 @@ CHAINS: dict[str, tuple[str, list[tuple[str, str]]]] = {
         ("OpenAIChat._attempt>", "prompt built (conversation, memory, reminders, tokens)"),
         ("DjangoTurnPorts.delta>", "model: request sent -> first chunk read"),
         ("GatewayConsumer.send_live>", "first chunk published -> at the client's socket"),
+    ]),
+    "pause": ("DjangoTurnPorts.finish_answer>", [
+        ("DjangoTurnPorts.finish_answer<", "stream ended -> the answer's messages completed"),
+        ("DjangoTurnPorts.save<", "checkpoint saved (the answer and its calls)"),
+        ("record_answer>", "call message and RTC committed with their Update (its bell sent)"),
+        ("record_answer<", "the answer accounted (after the browser was told)"),
     ]),
     "resume": ("rtc_submit_result>", [
         ("rtc_submit_result<", "result stored, resume queued (the submit's transaction)"),

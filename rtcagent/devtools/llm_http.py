@@ -74,6 +74,9 @@ class RecordedRequest:
 
 class ScriptedServer(ThreadingHTTPServer):
     daemon_threads = True
+    # socketserver's listen backlog is 5: dozens of clients opening connections at once (the
+    # bench's sustained case) overflowed it, and a connection that lost that race was reset.
+    request_queue_size = 128
     owner: ScriptedLLM
 
     def handle_error(self, request: Any, client_address: Any) -> None:
