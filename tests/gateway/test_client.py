@@ -129,7 +129,9 @@ async def test_lost_offset_state_gives_a_new_epoch_and_recovered_false(
     old_epoch = rec.subscribed(channel)[0].stream_position.epoch
     await client.disconnect()
 
-    redis_client.flushall()
+    # This test's Redis database only: FLUSHALL would also wipe the other xdist worker's
+    # database, and any other on the same server (a developer's own)
+    redis_client.flushdb()
     await client.connect()
     try:
         await rec.wait_for(lambda: len(rec.subscribed(channel)) == 2)
