@@ -92,3 +92,28 @@ def test_a_gap_never_replaces_a_row_still_being_committed(make_user) -> None:
     assert filler.returncode == 0
     rows = _positions(user.id)
     assert [(r[0], r[1]) for r in rows] == [(1, "update")]
+
+
+def test_an_offset_filled_before_its_row_is_skipped_and_the_transaction_goes_on(
+    make_user,
+) -> None:
+    """A gap filler took the next offset first (its writer looked dead): the store takes a
+    fresh one, inside the same transaction, which stays usable and commits both."""
+    from django.db import transaction
+
+    from apps.gateway.events import item, publish_update
+
+    user = make_user()
+    pos = stream.position(user.id)
+    taken = pos.offset + 1
+    TopicEvent.objects.create(user_id=user.id, epoch=pos.epoch, offset=taken,
+                              kind=TopicEvent.Kind.GAP)
+    with transaction.atomic():
+        update = publish_update(user_id=user.id, items=[item("session", "updated", 1)],
+                                data_list=[])
+        assert update["offset"] == taken + 1
+        assert TopicEvent.objects.filter(user_id=user.id).count() == 2  # still usable
+    rows = _positions(user.id)
+    assert [(offset, kind) for offset, kind, _ in rows] == [(taken, "gap"),
+                                                             (taken + 1, "update")]
+    assert rows[1][2]["id"] == update["id"] and rows[1][2]["offset"] == taken + 1
