@@ -226,9 +226,13 @@ def publish_session(session_id: object) -> bool:
 
 
 def _publish_throttled(session: Session) -> None:
+    """Inside a transaction, ``session`` locked by it and as it saved it: published now (from
+    that row, not read again) or, within the throttle's window, once the window ends."""
     sid = str(session.id)
     if PUBLISHER.claim(sid):
-        publish_session(session.id)
+        if session.deleted_at is None:
+            publish_update(user_id=session.user_id, items=[item("session", "updated", session.id)],
+                           data_list=[session_to_dict(session)])
     else:
         transaction.on_commit(lambda: PUBLISHER.defer(sid))
 
@@ -238,6 +242,8 @@ def _publish_throttled(session: Session) -> None:
 def _message(message_id: object | None, session_id: object) -> Message | None:
     if message_id is None:
         return None
+    if isinstance(message_id, Message):  # the caller's own row: read no copy of it
+        return message_id if str(message_id.session_id) == str(session_id) else None
     try:
         pk = uuid.UUID(str(message_id))
     except ValueError:
@@ -266,12 +272,12 @@ def record_answer(
 ) -> None:
     """Account for one model answer (see the module docstring); one transaction.
 
-    ``message_id`` is the answer's message (its token fields are set; ignored when it is not a
-    message of the session). ``updates_context=False`` is for calls whose prompt is not the
-    conversation's (a compaction's summary call): billed and totalled, the context fields
-    untouched. ``purpose`` defaults to an answer, or a compaction when the context is not
-    updated. ``turn_id`` None: a call outside any turn (``record_call``). Raises
-    ``LookupError`` (nothing written) when the turn is not the session's.
+    ``message_id`` is the answer's message, its id or the row itself (its token fields are set;
+    ignored when it is not a message of the session). ``updates_context=False`` is for calls
+    whose prompt is not the conversation's (a compaction's summary call): billed and totalled,
+    the context fields untouched. ``purpose`` defaults to an answer, or a compaction when the
+    context is not updated. ``turn_id`` None: a call outside any turn (``record_call``).
+    Raises ``LookupError`` (nothing written) when the turn is not the session's.
     """
     name = model or current_model()
     price = ModelPrice.objects.filter(model=name).first()

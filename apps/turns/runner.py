@@ -359,7 +359,7 @@ class DjangoTurnPorts:
         built: Built | None = self.context.last
         bill = {
             "turn_id": self.turn.id, "session_id": self.session.id,
-            "message_id": answer.id if answer is not None else None, "step": step,
+            "message_id": answer, "step": step,  # the row: accounting reads no copy
             "model": self.profile.name, "usage": usage,
             "prompt_estimate": built.tokens if built is not None else 0,
             "shared_prefix_ratio": built.shared_prefix_ratio if built is not None else None,

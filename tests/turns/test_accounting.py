@@ -14,6 +14,7 @@ from openai.types import CompletionUsage
 from apps.gateway.models import TopicEvent
 from apps.ops.models import ModelPrice
 from apps.sessions.models import Message, MessageRole, Session
+from apps.sessions.serializers import session_to_dict
 from apps.turns import accounting
 from apps.turns.accounting import (
     SessionPublisher,
@@ -377,23 +378,36 @@ def test_a_message_of_another_session_is_not_touched(
         record: Callable[..., None], world: tuple[Session, Turn], make_user: Any) -> None:
     session, turn = world
     stranger = answer(make_session(make_user()), 0)
-    for message_id in (stranger.id, "not-a-uuid"):
+    for message_id in (stranger.id, "not-a-uuid", stranger):  # an id, junk, the row itself
         record(turn_id=turn.id, session_id=session.id, message_id=message_id, step=0,
                usage=usage(100))
     stranger.refresh_from_db()
     assert stranger.input_tokens == 0 and message_updates(stranger) == []
-    assert list(LLMCall.objects.values_list("message_id", flat=True)) == [None, None]
+    assert list(LLMCall.objects.values_list("message_id", flat=True)) == [None, None, None]
 
 
 def test_the_message_is_published_once_per_change(
         record: Callable[..., None], world: tuple[Session, Turn]) -> None:
     session, turn = world
     msg = answer(session, 0)
-    for _ in range(2):
-        record(turn_id=turn.id, session_id=session.id, message_id=msg.id, step=0,
+    for message in (msg, msg.id):  # the runner passes its row, other callers the id
+        record(turn_id=turn.id, session_id=session.id, message_id=message, step=0,
                usage=usage(100))
     (published,) = message_updates(msg)  # the second call found the same values
     assert (published["input_tokens"], published["output_tokens"]) == (100, 10)
+    msg.refresh_from_db()
+    assert (msg.input_tokens, msg.output_tokens) == (100, 10)
+    assert LLMCall.objects.filter(message=msg).count() == 2
+
+
+def test_the_session_published_at_once_is_the_row_as_stored(
+        record: Callable[..., None], world: tuple[Session, Turn], priced: ModelPrice) -> None:
+    session, turn = world
+    record(turn_id=turn.id, session_id=session.id, step=0, usage=usage(1000))
+    (published,) = session_updates(session)
+    session.refresh_from_db()
+    assert published == session_to_dict(session)  # totals, cost, context, updated_at
+    assert published["total_input_tokens"] == 1000 and published["total_cost_usd"] > 0
 
 
 def test_bad_prefix_ratios_are_clamped_or_dropped(
