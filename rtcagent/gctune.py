@@ -3,12 +3,12 @@
 CPython's collector runs a pass over its youngest generation every 700 net allocations of
 container objects, over the middle one every 10 of those, and a full pass after 10 of those
 once the objects that survived into the oldest generation since the last full pass reach a
-quarter of it. A pass visits
-every object of the generations it collects, with every thread of the process stopped. Loading
-Django and the apps leaves about 140,000 objects, and a full pass over them takes 80-90 ms on
-the bench's machine: a stall of every socket of a web process, or of every turn a worker
-streams. What keeps objects alive for a while (each socket's consumer, tasks and buffers in a
-reconnect storm; the turns of a worker) triggers such passes again and again.
+quarter of it. A pass visits every object of the generations it collects, with every thread of
+the process stopped. Loading Django and the apps leaves about 140,000 objects, and a full pass
+over them takes 80-90 ms on the bench's machine: a stall of every socket of a web process, or
+of every turn a worker streams. What keeps objects alive for a while (each socket's consumer,
+tasks and buffers in a reconnect storm; the turns of a worker) triggers such passes again and
+again.
 
 ``tune()``, once the process has loaded what it serves and before it serves:
 
