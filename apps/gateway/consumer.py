@@ -94,6 +94,7 @@ class GatewayConsumer(AsyncWebsocketConsumer):
         presence.opened(self)
         self.identity: Identity | None = None
         self.connecting = False
+        self.connect_replied = False
         self.client_id = str(uuid.uuid4())
         self.closed = False
         self.rpc_tasks: set[asyncio.Task[None]] = set()
@@ -276,10 +277,17 @@ class GatewayConsumer(AsyncWebsocketConsumer):
 
     async def _connect(self, cmd: P.Command) -> None:
         self.connecting = True
+        self.connect_replied = False
         try:
             await self._do_connect(cmd)
         except Exception:  # Redis or the database away: a temporary error, the client retries
             log.exception("connect failed")
+            if self.connect_replied:
+                # The client holds a connect reply and believes it is connected: close with a
+                # code it reconnects on, never leave it on a socket that would refuse its next
+                # command with 3501 (which clients take as final).
+                await self.disconnect_with(P.DISCONNECT_SERVER_ERROR)
+                return
             await self._leave_groups()
             self.identity = None
             await self.send_objs(
@@ -330,6 +338,7 @@ class GatewayConsumer(AsyncWebsocketConsumer):
         }
         result.update(self._expiry_fields())
         await self.send_objs(P.reply(cmd.id, "connect", result))
+        self.connect_replied = True  # what fails from here on closes with 3004 (``_connect``)
         self.acked_bytes = self.sent_bytes
         if not self.closed:
             ticks.ticker().add(self)

@@ -57,3 +57,35 @@ async def test_connect_without_redis_is_a_temporary_error(
     assert restart_valkey(var) == url  # back on the same port
     reply = await _connect_reply(web_on_own_redis.ws_url, token)
     assert reply["connect"]["data"]["user_id"] == user.id
+
+
+async def test_a_connect_that_fails_after_its_reply_closes_for_a_reconnect(
+    make_user, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The live bus subscription comes after the connect reply. When it fails (Redis restarting
+    under the web process), the client, which holds a successful reply, is closed with 3004, a
+    code clients reconnect on, instead of staying on a socket whose next command would be
+    refused with 3501, which clients take as final. The consumer runs in this process (channels'
+    communicator) on the real Redis and database; only the subscription is made to fail."""
+    from channels.testing import WebsocketCommunicator
+
+    from apps.gateway import livebus
+    from rtcagent.asgi import application
+
+    async def refused(self: livebus.Bus, user_id: int, receiver: object) -> None:
+        raise redis.ConnectionError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+
+    monkeypatch.setattr(livebus.Bus, "join", refused)
+    user = await sync_to_async(make_user)()
+    ws = WebsocketCommunicator(application, "/connection/websocket")
+    connected, _ = await ws.connect()
+    assert connected
+    token = issue_access_token(user)
+    await ws.send_to(text_data=json.dumps({"id": 1, "connect": {"token": token}}))
+    reply = json.loads(await ws.receive_from(timeout=20))
+    assert reply["id"] == 1 and reply["connect"]["data"]["user_id"] == user.id
+    push = json.loads(await ws.receive_from(timeout=20))
+    assert push == {"push": {"disconnect": {"code": 3004, "reason": "internal server error"}}}
+    closed = await ws.receive_output(timeout=20)
+    assert closed == {"type": "websocket.close", "code": 3004, "reason": "internal server error"}
+    await ws.disconnect()
