@@ -75,11 +75,11 @@ def daphne_args(argv: list[str]) -> list[str]:
 def run_daphne(argv: list[str]) -> None:
     from daphne.cli import CommandLineInterface
 
+    import rtcagent.asgi  # noqa: F401  loaded before Daphne imports it by name: frozen with the rest
     from apps.storage.s3.accesslog import install
-    from rtcagent import asgi, gctune
+    from rtcagent import gctune
 
     install()  # presigned URLs' signatures and tokens never reach the access log
-    del asgi  # loaded before Daphne imports it by name, so that it is frozen with the rest
     gctune.tune("web")
     CommandLineInterface().run(daphne_args(argv))
 

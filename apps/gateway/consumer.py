@@ -277,7 +277,6 @@ class GatewayConsumer(AsyncWebsocketConsumer):
 
     async def _connect(self, cmd: P.Command) -> None:
         self.connecting = True
-        self.connect_replied = False
         try:
             await self._do_connect(cmd)
         except Exception:  # Redis or the database away: a temporary error, the client retries

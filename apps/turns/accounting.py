@@ -215,13 +215,16 @@ def publish_session(session_id: object) -> bool:
     publishers of the session deliver their snapshots in the order of their offsets); False
     when it is gone or soft-deleted."""
     session = Session.objects.select_for_update().filter(pk=session_id).first()
-    if session is None or session.deleted_at is not None:
+    return session is not None and _publish_row(session)
+
+
+def _publish_row(session: Session) -> bool:
+    """Inside a transaction, ``session`` locked by it: its snapshot published, unless it is
+    soft-deleted (False)."""
+    if session.deleted_at is not None:
         return False
-    publish_update(
-        user_id=session.user_id,
-        items=[item("session", "updated", session.id)],
-        data_list=[session_to_dict(session)],
-    )
+    publish_update(user_id=session.user_id, items=[item("session", "updated", session.id)],
+                   data_list=[session_to_dict(session)])
     return True
 
 
@@ -230,9 +233,7 @@ def _publish_throttled(session: Session) -> None:
     that row, not read again) or, within the throttle's window, once the window ends."""
     sid = str(session.id)
     if PUBLISHER.claim(sid):
-        if session.deleted_at is None:
-            publish_update(user_id=session.user_id, items=[item("session", "updated", session.id)],
-                           data_list=[session_to_dict(session)])
+        _publish_row(session)
     else:
         transaction.on_commit(lambda: PUBLISHER.defer(sid))
 
