@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import logging
 import time
 import uuid
@@ -44,7 +45,9 @@ from urllib.parse import urlsplit
 import orjson
 from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
+from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncWebsocketConsumer
+from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import DataError
 
@@ -90,6 +93,67 @@ def origin_allowed(origin: str, host: str) -> bool:
 
 
 class GatewayConsumer(AsyncWebsocketConsumer):
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        """channels' ``AsyncConsumer.__call__`` with a cheaper way of waiting on two sources.
+
+        channels' ``await_many_dispatch`` wraps the next message of each source (the socket and
+        the channel layer) in a new task and ``asyncio.wait``s on both, for every message: the
+        larger part of the Python work an idle socket's pong costs (docs/performance.md). Here
+        one long-lived task per source reads and dispatches; a lock keeps dispatch one message
+        at a time, as channels does, and a source is read again only once its last message was
+        dispatched. The first pump to end (``StopConsumer`` on disconnect, or an error) ends the
+        consumer and cancels the other; a channel layer that fails is ``_layer_failed``.
+        """
+        self.scope = scope
+        self.channel_layer = get_channel_layer(self.channel_layer_alias)
+        if self.channel_layer is not None:
+            self.channel_name = await self.channel_layer.new_channel()
+            self.channel_receive = functools.partial(self.channel_layer.receive,
+                                                     self.channel_name)
+        self.base_send = send
+        turn = asyncio.Lock()
+        pumps = [asyncio.create_task(self._pump(receive, turn))]
+        if self.channel_layer is not None:
+            pumps.append(asyncio.create_task(self._pump(self.channel_receive, turn, layer=True)))
+        try:
+            done, _ = await asyncio.wait(pumps, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                task.result()  # what ended it: StopConsumer, or an error to raise
+        except StopConsumer:
+            pass
+        finally:
+            for task in pumps:
+                task.cancel()
+            await asyncio.gather(*pumps, return_exceptions=True)
+
+    async def _pump(self, source: Callable[[], Any], turn: asyncio.Lock, *,
+                    layer: bool = False) -> None:
+        while True:
+            try:
+                message = await source()
+            except Exception:
+                if not layer:
+                    raise
+                await self._layer_failed(turn)
+                continue
+            async with turn:
+                await self.dispatch(message)
+
+    async def _layer_failed(self, turn: asyncio.Lock) -> None:
+        """The channel layer's receive failed (Redis away). Before the connect, read it again
+        a moment later: the connect meets Redis too and answers with a temporary error. A
+        connected socket may have lost its group memberships with Redis's data, so it is closed
+        with 3004, a code clients reconnect on (channels would end the consumer with an
+        exception, a 1011 close)."""
+        async with turn:
+            if self.identity is None and not self.closed:
+                log.warning("channel layer receive failed before connect; retrying")
+            else:
+                log.exception("channel layer receive failed; closing the connection")
+                await self.disconnect_with(P.DISCONNECT_SERVER_ERROR)
+                raise StopConsumer
+        await asyncio.sleep(1.0)
+
     async def connect(self) -> None:
         presence.opened(self)
         self.identity: Identity | None = None
@@ -346,7 +410,6 @@ class GatewayConsumer(AsyncWebsocketConsumer):
         buffered, self.pre_connect = self.pre_connect or [], None
         for event in buffered:
             await self._on_group_event(event)
-        self.timers.append(asyncio.create_task(self._ping_loop()))
         self.timers.append(asyncio.create_task(self._expiry_watch()))
 
     def _expiry_fields(self) -> dict[str, Any]:
@@ -393,37 +456,35 @@ class GatewayConsumer(AsyncWebsocketConsumer):
 
     # --- ping / pong and watermark poll -------------------------------------------------------
 
-    async def _ping_loop(self) -> None:
-        interval = float(rtc_setting("PING_INTERVAL"))
-        pong_timeout = min(float(rtc_setting("PONG_TIMEOUT")), interval * 0.9)
-        while not self.closed:
-            await asyncio.sleep(interval - pong_timeout)
-            self.awaiting_pong = True
-            await self.send_objs({})
-            await asyncio.sleep(pong_timeout)
-            if self.awaiting_pong:
-                await self.disconnect_with(P.DISCONNECT_NO_PONG)
-                return
+    def no_pong(self) -> None:
+        """No pong within ``PONG_TIMEOUT`` of a ping (``apps.gateway.ticks`` pings): 3012."""
+        self._spawn(self.disconnect_with(P.DISCONNECT_NO_PONG))
 
-    async def on_tick(self, identity: Identity, valid: bool | None, pos: Any) -> None:
+    def on_tick(self, identity: Identity, valid: bool | None, pos: Any) -> None:
         """The process-wide tick's answers for this connection (``apps.gateway.ticks``).
 
         The user may have been deleted, deactivated or had its tokens revoked since connect: the
         bell of ``events.disconnect_user`` may be lost (the channel layer is at most once), so
         every tick asks the database too (``valid``; None when the read failed, which keeps the
         connection). ``pos`` is the topic's position: an epoch change closes with 3010, a
-        watermark past what was delivered starts the hole repair (a lost bell)."""
+        watermark past what was delivered starts the hole repair (a lost bell). Called for every
+        connection of the process at once, so it acts in tasks and only when there is something
+        to do."""
         if self.closed or self.identity is not identity:
             return  # refreshed meanwhile: the next tick checks the new token
         if valid is False:
-            await self.disconnect_with(P.DISCONNECT_INVALID_TOKEN, "token no longer valid")
+            self._spawn(self.disconnect_with(P.DISCONNECT_INVALID_TOKEN, "token no longer valid"))
             return
         if pos is None:
             return
         if pos.epoch != self.topic_epoch:
-            await self.disconnect_with(P.DISCONNECT_INSUFFICIENT_STATE)
+            self._spawn(self.disconnect_with(P.DISCONNECT_INSUFFICIENT_STATE))
         elif pos.watermark > self.topic_last and self.hole_task is None:
             self.hole_task = asyncio.create_task(self._fix_holes(upto=pos.watermark, wait=0))
+
+    def _spawn(self, work: Any) -> None:
+        task = asyncio.create_task(work)
+        self.timers.append(task)
 
     # --- topic and live delivery --------------------------------------------------------------
 

@@ -11,6 +11,13 @@ pipelined Redis round trip (``stream.positions``), then each connection acts on 
 
 A failed read skips that part of the tick (the next tick tries again); connections are never
 closed because the database or Redis was away.
+
+The same ticker sends the pings (``{}``): the connections are spread over ``PING_SLOTS`` slots,
+and every ``PING_INTERVAL / PING_SLOTS`` one slot is pinged, so each connection is pinged once
+per interval and a 10,000-socket process sends a few hundred pings at a time, not all at once.
+A connection still waiting for its pong ``PONG_TIMEOUT`` after its ping is closed with 3012.
+A task per connection did this before, with two timers per ping: about a third of the Python
+work an idle socket cost (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -45,20 +52,37 @@ def check(identities: list[Identity]) -> tuple[list[bool] | None, dict[int, Any]
     return valid, positions
 
 
+PING_SLOTS = 20
+PING_BATCH = 200  # pings sent before the loop lets other work in
+
+
 class Ticker:
-    """One event loop's connections and the task that checks them."""
+    """One event loop's connections, the task that checks them and the one that pings them."""
 
     def __init__(self) -> None:
         self.members: set[Any] = set()
+        self.slots: list[set[Any]] = [set() for _ in range(PING_SLOTS)]
+        self.slot_of: dict[Any, int] = {}
+        self.next_slot = 0
         self.task: asyncio.Task[None] | None = None
+        self.pinger: asyncio.Task[None] | None = None
 
     def add(self, consumer: Any) -> None:
         self.members.add(consumer)
+        if consumer not in self.slot_of:
+            slot, self.next_slot = self.next_slot, (self.next_slot + 1) % PING_SLOTS
+            self.slot_of[consumer] = slot
+            self.slots[slot].add(consumer)
         if self.task is None or self.task.done():
             self.task = asyncio.create_task(self._run())
+        if self.pinger is None or self.pinger.done():
+            self.pinger = asyncio.create_task(self._ping_slots())
 
     def discard(self, consumer: Any) -> None:
         self.members.discard(consumer)
+        slot = self.slot_of.pop(consumer, None)
+        if slot is not None:
+            self.slots[slot].discard(consumer)
 
     async def _run(self) -> None:
         while True:
@@ -67,6 +91,46 @@ class Ticker:
                 await self.tick()
             except Exception:  # never let the tick die: every connection depends on it
                 log.exception("connection tick failed")
+
+    async def _ping_slots(self) -> None:
+        loop = asyncio.get_running_loop()
+        slot = 0
+        due = loop.time()
+        while True:
+            interval = float(rtc_setting("PING_INTERVAL"))
+            due = max(due + interval / PING_SLOTS, loop.time())  # no drift, no catching up
+            await asyncio.sleep(due - loop.time())
+            try:
+                pinged = await self.ping([c for c in self.slots[slot] if not c.closed])
+                if pinged:
+                    timeout = min(float(rtc_setting("PONG_TIMEOUT")), interval * 0.9)
+                    loop.call_later(timeout, self.expect_pongs, pinged)
+            except Exception:  # never let the pings die: a missing ping makes clients leave
+                log.exception("pinging connections failed")
+            slot = (slot + 1) % PING_SLOTS
+
+    @staticmethod
+    async def ping(conns: list[Any]) -> list[Any]:
+        """Ping ``conns``; return the ones pinged (a send that fails is that socket closing)."""
+        pinged = []
+        for n, conn in enumerate(conns, 1):
+            conn.awaiting_pong = True  # before the send: its pong may be read before it returns
+            try:
+                await conn.send_objs({})
+            except Exception as exc:
+                conn.awaiting_pong = False
+                log.debug("ping not sent: %r", exc)
+            else:
+                pinged.append(conn)
+            if n % PING_BATCH == 0:
+                await asyncio.sleep(0)
+        return pinged
+
+    @staticmethod
+    def expect_pongs(pinged: list[Any]) -> None:
+        for conn in pinged:
+            if conn.awaiting_pong and not conn.closed:
+                conn.no_pong()
 
     async def tick(self) -> None:
         conns = [c for c in self.members if c.identity is not None and not c.closed]
@@ -78,7 +142,7 @@ class Ticker:
         for n, (conn, identity) in enumerate(zip(conns, identities, strict=True)):
             verdict = None if valid is None else valid[n]
             pos = None if positions is None else positions.get(identity.user_id)
-            await conn.on_tick(identity, verdict, pos)
+            conn.on_tick(identity, verdict, pos)
 
 
 _tickers: dict[asyncio.AbstractEventLoop, Ticker] = {}

@@ -3,11 +3,13 @@ a 1011 close; once Redis is back the same client connects."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -44,6 +46,35 @@ async def _connect_reply(url: str, token: str) -> dict:
         return reply
 
 
+async def _in_process_connect(make_user: Any) -> tuple[Any, dict]:
+    """A socket to the consumer in this process (channels' communicator) that sent a connect:
+    the communicator and the connect reply."""
+    from channels.testing import WebsocketCommunicator
+
+    from rtcagent.asgi import application
+
+    user = await sync_to_async(make_user)()
+    ws = WebsocketCommunicator(application, "/connection/websocket")
+    connected, _ = await ws.connect()
+    assert connected
+    token = issue_access_token(user)
+    await ws.send_to(text_data=json.dumps({"id": 1, "connect": {"token": token}}))
+    reply = json.loads(await ws.receive_from(timeout=20))
+    assert reply["id"] == 1 and reply["connect"]["data"]["user_id"] == user.id
+    return ws, reply
+
+
+async def _closed_for_a_reconnect(ws: Any) -> None:
+    """The next frame (pings aside) is the 3004 push, then the close with the same code."""
+    push = {}
+    while push == {}:
+        push = json.loads(await ws.receive_from(timeout=20))
+    assert push == {"push": {"disconnect": {"code": 3004, "reason": "internal server error"}}}
+    closed = await ws.receive_output(timeout=20)
+    assert closed == {"type": "websocket.close", "code": 3004, "reason": "internal server error"}
+    await ws.disconnect()
+
+
 async def test_connect_without_redis_is_a_temporary_error(
     own_redis, web_on_own_redis, make_user
 ) -> None:
@@ -67,25 +98,40 @@ async def test_a_connect_that_fails_after_its_reply_closes_for_a_reconnect(
     code clients reconnect on, instead of staying on a socket whose next command would be
     refused with 3501, which clients take as final. The consumer runs in this process (channels'
     communicator) on the real Redis and database; only the subscription is made to fail."""
-    from channels.testing import WebsocketCommunicator
-
     from apps.gateway import livebus
-    from rtcagent.asgi import application
 
     async def refused(self: livebus.Bus, user_id: int, receiver: object) -> None:
         raise redis.ConnectionError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
 
     monkeypatch.setattr(livebus.Bus, "join", refused)
-    user = await sync_to_async(make_user)()
-    ws = WebsocketCommunicator(application, "/connection/websocket")
-    connected, _ = await ws.connect()
-    assert connected
-    token = issue_access_token(user)
-    await ws.send_to(text_data=json.dumps({"id": 1, "connect": {"token": token}}))
-    reply = json.loads(await ws.receive_from(timeout=20))
-    assert reply["id"] == 1 and reply["connect"]["data"]["user_id"] == user.id
-    push = json.loads(await ws.receive_from(timeout=20))
-    assert push == {"push": {"disconnect": {"code": 3004, "reason": "internal server error"}}}
-    closed = await ws.receive_output(timeout=20)
-    assert closed == {"type": "websocket.close", "code": 3004, "reason": "internal server error"}
-    await ws.disconnect()
+    ws, _ = await _in_process_connect(make_user)
+    await _closed_for_a_reconnect(ws)
+
+async def test_a_channel_layer_that_fails_under_a_connected_socket_closes_it_for_a_reconnect(
+    make_user, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The consumer reads the channel layer (topic bells, disconnects) next to the socket. When
+    that read fails after the connect (Redis gone, its group memberships maybe with it), the
+    client is closed with 3004 and reconnects, joining its groups again; before the connect the
+    read is retried, so a connect during a Redis outage still gets its temporary error (the test
+    above). Runs in this process on the real Redis; only the layer's read is made to fail."""
+    from channels.layers import get_channel_layer
+
+    fail = asyncio.Event()
+    layer_type = type(get_channel_layer())
+    real_receive = layer_type.receive
+
+    async def receive(self: object, channel: str) -> dict:
+        reading = asyncio.ensure_future(real_receive(self, channel))
+        failing = asyncio.ensure_future(fail.wait())
+        done, _ = await asyncio.wait({reading, failing}, return_when=asyncio.FIRST_COMPLETED)
+        if reading in done:
+            failing.cancel()
+            return reading.result()
+        reading.cancel()
+        raise redis.ConnectionError("Connection closed by server.")
+
+    monkeypatch.setattr(layer_type, "receive", receive)
+    ws, _ = await _in_process_connect(make_user)
+    fail.set()
+    await _closed_for_a_reconnect(ws)
