@@ -25,6 +25,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.db import (
+    DatabaseError,
     IntegrityError,
     InterfaceError,
     OperationalError,
@@ -57,6 +58,19 @@ from rtcagent import layer
 from rtcagent.conf import rtc_setting
 
 log = logging.getLogger(__name__)
+
+
+def _connection_ready() -> None:
+    """Open this thread's persistent database connection while it waits for work (again once
+    ``CONN_MAX_AGE`` closed it), so that a turn does not open one, a new PostgreSQL backend
+    and its set-up round trips, before its model request. A database that is away is the next
+    turn's problem, not the idle loop's."""
+    if connection.settings_dict.get("CONN_MAX_AGE") == 0:
+        return  # closed after every item anyway
+    try:
+        connection.ensure_connection()
+    except DatabaseError as exc:
+        log.debug("database not reachable while idle: %r", exc)
 
 
 class Worker:
@@ -145,11 +159,16 @@ class Worker:
     @staticmethod
     def warm_up() -> None:
         """What the first turn would otherwise pay before its model request: the tokenizer
-        (0.3-2.8 s to build, docs/performance.md) and the live-call interrupt listener."""
+        (0.3-2.8 s to build, docs/performance.md), the model SDK's import (0.3 s) and the
+        live-call interrupt listener."""
+        import importlib
+
         from apps.live import interrupts
         from apps.turns import tokens
 
-        for what, fn in (("tokenizer", tokens.encoding), ("interrupt listener", interrupts.listen)):
+        for what, fn in (("tokenizer", tokens.encoding),
+                         ("model SDK", lambda: importlib.import_module("openai")),
+                         ("interrupt listener", interrupts.listen)):
             try:
                 fn()
             except Exception:  # the first turn that needs it tries again
@@ -163,6 +182,7 @@ class Worker:
                 try:
                     hold = queue.claim(lease_ms=self.lease_ms)
                     if hold is None:
+                        _connection_ready()
                         queue.wait_for_bell(1)
                         continue
                     self.drain(hold)
