@@ -12,9 +12,11 @@ pipelined Redis round trip (``stream.positions``), then each connection acts on 
 A failed read skips that part of the tick (the next tick tries again); connections are never
 closed because the database or Redis was away.
 
-The same ticker sends the pings (``{}``): the connections are spread over ``PING_SLOTS`` slots,
-and every ``PING_INTERVAL / PING_SLOTS`` one slot is pinged, so each connection is pinged once
-per interval and a 10,000-socket process sends a few hundred pings at a time, not all at once.
+The same ticker sends the pings (``{}``): every ``PING_INTERVAL / PING_SLOTS`` one of
+``PING_SLOTS`` slots of connections is pinged, so each connection is pinged once per interval,
+and a new connection joins the slot pinged last, so its first ping comes one interval after
+its connect (less at most one slot's time), never right after it. Connections arriving at an
+even pace spread evenly over the slots.
 A connection still waiting for its pong ``PONG_TIMEOUT`` after its ping is closed with 3012.
 A task per connection did this before, with two timers per ping: about a third of the Python
 work an idle socket cost (docs/performance.md).
@@ -63,16 +65,15 @@ class Ticker:
         self.members: set[Any] = set()
         self.slots: list[set[Any]] = [set() for _ in range(PING_SLOTS)]
         self.slot_of: dict[Any, int] = {}
-        self.next_slot = 0
+        self.last_pinged = PING_SLOTS - 1  # the slot a new connection joins
         self.task: asyncio.Task[None] | None = None
         self.pinger: asyncio.Task[None] | None = None
 
     def add(self, consumer: Any) -> None:
         self.members.add(consumer)
         if consumer not in self.slot_of:
-            slot, self.next_slot = self.next_slot, (self.next_slot + 1) % PING_SLOTS
-            self.slot_of[consumer] = slot
-            self.slots[slot].add(consumer)
+            self.slot_of[consumer] = self.last_pinged
+            self.slots[self.last_pinged].add(consumer)
         if self.task is None or self.task.done():
             self.task = asyncio.create_task(self._run())
         if self.pinger is None or self.pinger.done():
@@ -100,6 +101,7 @@ class Ticker:
             interval = float(rtc_setting("PING_INTERVAL"))
             due = max(due + interval / PING_SLOTS, loop.time())  # no drift, no catching up
             await asyncio.sleep(due - loop.time())
+            self.last_pinged = slot  # joining it now: pinged one interval from now
             try:
                 pinged = await self.ping([c for c in self.slots[slot] if not c.closed])
                 if pinged:

@@ -47,35 +47,57 @@ async def test_only_sockets_still_waiting_for_their_pong_are_closed() -> None:
     assert (answered.no_pongs, silent.no_pongs, gone.no_pongs) == (0, 1, 0)
 
 
-async def test_connections_are_spread_over_the_slots_and_leave_them() -> None:
-    ticker = ticks.Ticker()
-    conns = [_Conn() for _ in range(3 * ticks.PING_SLOTS)]
-    try:
-        for conn in conns:
-            ticker.add(conn)
-        assert [len(slot) for slot in ticker.slots] == [3] * ticks.PING_SLOTS
-        for conn in conns[: ticks.PING_SLOTS]:
-            ticker.discard(conn)
-        assert [len(slot) for slot in ticker.slots] == [2] * ticks.PING_SLOTS
-        assert not ticker.slot_of.keys() & set(conns[: ticks.PING_SLOTS])
-    finally:
-        for task in (ticker.task, ticker.pinger):
-            if task is not None:
-                task.cancel()
-        await asyncio.gather(ticker.task, ticker.pinger, return_exceptions=True)
+async def _stopped(ticker: ticks.Ticker) -> None:
+    for task in (ticker.task, ticker.pinger):
+        if task is not None:
+            task.cancel()
+    await asyncio.gather(*(t for t in (ticker.task, ticker.pinger) if t is not None),
+                         return_exceptions=True)
 
 
-async def test_each_socket_is_pinged_once_per_interval(settings) -> None:
-    settings.RTCAGENT = {**settings.RTCAGENT, "PING_INTERVAL": 0.4, "PONG_TIMEOUT": 0.3}
+async def test_a_connection_joins_the_slot_pinged_last_and_leaves_it() -> None:
     ticker = ticks.Ticker()
-    conns = [_Conn() for _ in range(2 * ticks.PING_SLOTS)]
+    early, late = _Conn(), _Conn()
     try:
-        for conn in conns:
-            ticker.add(conn)
-        await asyncio.sleep(1.0)  # two and a half intervals
+        ticker.add(early)
+        ticker.last_pinged = 3  # as the pinger does when it pings slot 3
+        ticker.add(late)
+        assert early in ticker.slots[ticks.PING_SLOTS - 1] and late in ticker.slots[3]
+        ticker.discard(early)
+        ticker.discard(late)
+        assert not any(ticker.slots) and not ticker.slot_of
     finally:
-        ticker.pinger.cancel()
-        ticker.task.cancel()
-        await asyncio.gather(ticker.task, ticker.pinger, return_exceptions=True)
-    assert {c.pings for c in conns} <= {2, 3}
-    assert sum(c.no_pongs for c in conns) > 0  # none of them answered
+        await _stopped(ticker)
+
+
+async def test_the_first_ping_comes_one_interval_after_the_connect_then_every_interval(
+    settings,
+) -> None:
+    interval = 1.0  # 20 slots of 50 ms; the checks below keep clear of their edges
+    settings.RTCAGENT = {**settings.RTCAGENT, "PING_INTERVAL": interval, "PONG_TIMEOUT": 0.5}
+    loop = asyncio.get_running_loop()
+    ticker = ticks.Ticker()
+    first = _Conn()
+
+    async def until(intervals: float) -> None:
+        await asyncio.sleep(max(0.0, start + intervals * interval - loop.time()))
+
+    try:
+        start = loop.time()
+        ticker.add(first)  # pinged at 1.0, 2.0, ... intervals
+        await until(0.385)
+        later = [_Conn() for _ in range(5)]  # join the slot pinged at 0.35: pinged at 1.35
+        for conn in later:
+            ticker.add(conn)
+        await until(0.9)
+        assert first.pings == 0 and all(c.pings == 0 for c in later)
+        await until(1.1)
+        assert first.pings == 1 and all(c.pings == 0 for c in later)
+        await until(1.45)
+        assert all(c.pings == 1 for c in later)
+        await until(2.15)
+        assert first.pings == 2 and all(c.pings == 1 for c in later)
+        # nobody answered: each ping's check came PONG_TIMEOUT (0.5 intervals) after it
+        assert first.no_pongs == 1 and all(c.no_pongs == 1 for c in later)
+    finally:
+        await _stopped(ticker)
