@@ -125,6 +125,11 @@ class GatewayConsumer(AsyncWebsocketConsumer):
             for task in pumps:
                 task.cancel()
             await asyncio.gather(*pumps, return_exceptions=True)
+            if not getattr(self, "closed", True):  # ended by an error: leave the ticker, the
+                # live bus and the groups as a disconnect does
+                self.closed = True
+                with contextlib.suppress(Exception):
+                    await self._cleanup()
 
     async def _pump(self, source: Callable[[], Any], turn: asyncio.Lock, *,
                     layer: bool = False) -> None:

@@ -135,3 +135,28 @@ async def test_a_channel_layer_that_fails_under_a_connected_socket_closes_it_for
     ws, _ = await _in_process_connect(make_user)
     fail.set()
     await _closed_for_a_reconnect(ws)
+
+
+async def test_a_consumer_ended_by_an_error_leaves_the_ping_schedule_and_the_live_bus(
+    make_user, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A handler that raises (a bug) ends the consumer, as in channels. Whatever ended it, the
+    socket is no longer pinged, checked or fed live frames: its process keeps no reference."""
+    from apps.gateway import livebus, ticks
+    from apps.gateway.consumer import GatewayConsumer
+
+    async def broken(self: GatewayConsumer, cmd: object) -> None:
+        raise RuntimeError("a bug in a handler")
+
+    ws, reply = await _in_process_connect(make_user)
+    user_id = reply["connect"]["data"]["user_id"]
+    ticker = ticks.ticker()
+    ours = [c for c in ticker.members if c.identity and c.identity.user_id == user_id]
+    assert len(ours) == 1 and ours[0] in ticker.slot_of
+    assert ours[0] in livebus.bus().local.get(user_id, set())
+    monkeypatch.setattr(GatewayConsumer, "_dispatch", broken)
+    await ws.send_to(text_data=json.dumps({"id": 2, "rpc": {"method": "v1.session.list"}}))
+    with pytest.raises(RuntimeError, match="a bug in a handler"):
+        await ws.wait(timeout=20)
+    assert ours[0] not in ticker.members and ours[0] not in ticker.slot_of
+    assert ours[0] not in livebus.bus().local.get(user_id, set())
