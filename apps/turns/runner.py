@@ -43,7 +43,7 @@ from apps.turns.conversation import conversation_for
 from apps.turns.engine import Checkpoint, RtcOutcome
 from apps.turns.llm import ChatModel, Event, Usage
 from apps.turns.llm_errors import LLMError
-from apps.turns.models import TURN_TRANSITIONS, Turn, TurnStatus
+from apps.turns.models import TERMINAL_TURN_STATUSES, TURN_TRANSITIONS, Turn, TurnStatus
 from apps.turns.profiles import ModelProfile, profile_for
 from apps.turns.serializers import turn_to_dict
 from apps.turns.services import turn_transition
@@ -534,7 +534,10 @@ class DjangoTurnPorts:
     # --- lifecycle --------------------------------------------------------------------------
 
     def _turn_to(self, to: str, **values: Any) -> bool:
-        """Token totals are not among ``values``: ``accounting.record_answer`` adds each
+        """Move the turn to ``to``; False when it could not (ended meanwhile). A move to an end
+        drops the checkpoint's row in the same transaction (``_ended`` drops Redis's copy).
+
+        Token totals are not among ``values``: ``accounting.record_answer`` adds each
         answer's usage to the turn and the session as it arrives."""
         with transaction.atomic():
             try:
@@ -546,8 +549,18 @@ class DjangoTurnPorts:
                 self.turn = Turn.objects.get(pk=self.turn.id)
                 return False
             publish_turn(turn)
+            if to in TERMINAL_TURN_STATUSES:
+                state.checkpoint_drop_row(self.tid)
             self.turn = turn
             return True
+
+    def _ended(self, moved: bool) -> None:
+        """After ``_turn_to`` an end: the checkpoint's Redis copy goes (its row went with the
+        move; if the turn had ended otherwise, both go now)."""
+        if moved:
+            state.checkpoint_uncache(self.tid)
+        else:
+            state.checkpoint_delete(self.tid)
 
     def begin(self) -> bool:
         """The turn runs (from pending or, on a resume, from interrupted); False if it ended.
@@ -593,7 +606,7 @@ class DjangoTurnPorts:
     def complete(self, cp: Checkpoint) -> None:
         self.settle()  # the turn's Update carries its totals
         done = self._turn_to(TurnStatus.COMPLETED)
-        state.checkpoint_delete(self.tid)
+        self._ended(done)
         if done:  # after commit: an active goal counts a round and queues its next message
             from apps.tasks.hooks import after_turn
 
@@ -604,9 +617,10 @@ class DjangoTurnPorts:
         self.settle(quiet=True)
         self._write_call()
         close_open_rtcs(self.turn, reason="the turn was stopped")
-        if self._turn_to(TurnStatus.CANCELLED):
+        done = self._turn_to(TurnStatus.CANCELLED)
+        if done:
             _subagent_turn_end(self.turn)
-        state.checkpoint_delete(self.tid)
+        self._ended(done)
 
     def fail(self, error: LLMError) -> None:
         self.settle(quiet=True)
@@ -618,10 +632,11 @@ class DjangoTurnPorts:
             )
         self._streams.clear()
         close_open_rtcs(self.turn, reason="the turn failed")
-        if self._turn_to(TurnStatus.FAILED, error_message=f"{error.category}: {error.title}"):
+        done = self._turn_to(TurnStatus.FAILED, error_message=f"{error.category}: {error.title}")
+        if done:
             add_error_message(self.turn, error)
             _subagent_turn_end(self.turn)
-        state.checkpoint_delete(self.tid)
+        self._ended(done)
 
 
 def _subagent_turn_end(turn: Turn) -> None:

@@ -114,7 +114,18 @@ def checkpoint_cache(turn_id: str, data: dict[str, Any]) -> None:
 
 def checkpoint_delete(turn_id: str) -> None:
     """The turn ended: drop its checkpoint everywhere."""
+    checkpoint_drop_row(turn_id)
+    checkpoint_uncache(turn_id)
+
+
+def checkpoint_drop_row(turn_id: str) -> None:
+    """The PostgreSQL half of ``checkpoint_delete``, inside the transaction that ends the turn
+    (so that no ended turn is ever seen with a checkpoint); ``checkpoint_uncache`` follows."""
     TurnCheckpoint.objects.filter(turn_id=turn_id).delete()
+
+
+def checkpoint_uncache(turn_id: str) -> None:
+    """The Redis half of ``checkpoint_delete``."""
     get_redis().delete(_cp(turn_id))
 
 

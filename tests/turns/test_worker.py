@@ -187,3 +187,45 @@ def test_a_resumed_turn_stopped_before_its_first_write_ends_there(make_user) -> 
     assert Message.objects.filter(session_id=sent.session.id).count() == messages
     assert state.checkpoint_load(str(turn.id)) is None
     assert not get_redis().exists(f"rtc:q:s:{{{sent.session.id}}}:parked")
+
+
+@pytest.mark.parametrize("end", ["complete", "cancel", "fail"])
+def test_an_ended_turn_is_never_seen_with_a_checkpoint(
+    make_user, monkeypatch: pytest.MonkeyPatch, end: str
+) -> None:
+    """The checkpoint's row goes in the transaction that ends the turn: whoever sees the end
+    (a client, the sweeper, a test) never finds the turn's checkpoint; Redis's copy goes
+    right after. A turn that had ended otherwise loses both when its run notices."""
+    from apps.turns.llm import OpenAIChat
+    from apps.turns.llm_errors import LLMError
+    from apps.turns.models import TurnCheckpoint
+    from apps.turns.runner import DjangoTurnPorts
+
+    user = make_user()
+    turn = Turn.objects.create(session=_session(user), user=user, status="running")
+    tid = str(turn.id)
+    state.checkpoint_save(tid, Checkpoint().to_json())
+    seen: list[tuple[str, bool]] = []
+    uncache = state.checkpoint_uncache
+
+    def watched(turn_id: str) -> None:  # right after the end's commit
+        seen.append((Turn.objects.get(pk=turn_id).status,
+                     TurnCheckpoint.objects.filter(turn_id=turn_id).exists()))
+        uncache(turn_id)
+
+    monkeypatch.setattr(state, "checkpoint_uncache", watched)
+    ports = DjangoTurnPorts(turn, OpenAIChat(api_key="k", base_url="http://127.0.0.1:9/v1"))
+    error = LLMError(category="api", title="Down", message="down", retryable=True)
+    {"complete": lambda: ports.complete(Checkpoint()), "cancel": lambda: ports.cancel(Checkpoint()),
+     "fail": lambda: ports.fail(error)}[end]()
+    status = {"complete": "completed", "cancel": "cancelled", "fail": "failed"}[end]
+    assert seen == [(status, False)]
+    assert state.checkpoint_load(tid) is None  # neither copy left
+
+    other = Turn.objects.create(session=_session(user), user=user, status="running")
+    state.checkpoint_save(str(other.id), Checkpoint().to_json())
+    late = DjangoTurnPorts(other, OpenAIChat(api_key="k", base_url="http://127.0.0.1:9/v1"))
+    Turn.objects.filter(pk=other.id).update(status="cancelled")  # stopped by someone else
+    late.complete(Checkpoint())
+    assert Turn.objects.get(pk=other.id).status == "cancelled"
+    assert state.checkpoint_load(str(other.id)) is None
