@@ -91,7 +91,8 @@ def turn_stop(*, user_id: int, session_id: uuid.UUID | str) -> Turn | None:
             return Turn.objects.get(pk=turn.id)
         close_open_rtcs(turn, reason="the turn was stopped")
         publish_turn(turn)
-        transaction.on_commit(lambda: (state.checkpoint_delete(str(turn.id)),
+        state.checkpoint_drop_row(str(turn.id))  # with the end (state.checkpoint_drop_row)
+        transaction.on_commit(lambda: (state.checkpoint_uncache(str(turn.id)),
                                        queue.unpark(str(turn.session_id))))
     from apps.tasks.subagents import on_turn_end
 

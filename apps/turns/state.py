@@ -11,7 +11,9 @@ PostgreSQL holds the truth, Redis the fast copy: Redis is never the only copy.
   PostgreSQL, and the sweeper resumes it from there once Redis takes writes again. So Redis's
   copy is never newer than PostgreSQL's, and at worst one save older (when even the delete
   failed), which is what a crash just before that save leaves, and the engine repeats that
-  step idempotently.
+  step idempotently. A turn's end deletes the row in the transaction that ends it
+  (``checkpoint_drop_row``), so no ended turn is ever seen with one, and Redis's copy after the
+  commit (``checkpoint_uncache``).
 * **Stop.** ``request_stop`` stamps ``Turn.stop_requested_at``, then sets the Redis flag that the
   streaming worker polls five times a second. The poll stays on Redis (one round trip, both
   keys): only when Redis has no checkpoint for a turn that is running, i.e. it lost its data,

@@ -229,3 +229,26 @@ def test_an_ended_turn_is_never_seen_with_a_checkpoint(
     late.complete(Checkpoint())
     assert Turn.objects.get(pk=other.id).status == "cancelled"
     assert state.checkpoint_load(str(other.id)) is None
+
+
+def test_a_stopped_waiting_turn_loses_its_checkpoint_with_the_stop(
+    make_user, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from apps.turns.models import TurnCheckpoint
+
+    user = make_user()
+    session = _session(user)
+    turn = Turn.objects.create(session=session, user=user, status="interrupted")
+    state.checkpoint_save(str(turn.id), Checkpoint().to_json())
+    seen: list[tuple[str, bool]] = []
+    uncache = state.checkpoint_uncache
+
+    def watched(turn_id: str) -> None:  # after the stop's commit
+        seen.append((Turn.objects.get(pk=turn_id).status,
+                     TurnCheckpoint.objects.filter(turn_id=turn_id).exists()))
+        uncache(turn_id)
+
+    monkeypatch.setattr(state, "checkpoint_uncache", watched)
+    assert turn_stop(user_id=user.id, session_id=session.id).status == "cancelled"
+    assert seen == [("cancelled", False)]
+    assert state.checkpoint_load(str(turn.id)) is None
