@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import KeysView
 from typing import Any
 
 from channels.db import database_sync_to_async
@@ -62,15 +63,18 @@ class Ticker:
     """One event loop's connections, the task that checks them and the one that pings them."""
 
     def __init__(self) -> None:
-        self.members: set[Any] = set()
         self.slots: list[set[Any]] = [set() for _ in range(PING_SLOTS)]
-        self.slot_of: dict[Any, int] = {}
+        self.slot_of: dict[Any, int] = {}  # every connection of the loop, and its ping slot
         self.last_pinged = PING_SLOTS - 1  # the slot a new connection joins
         self.task: asyncio.Task[None] | None = None
         self.pinger: asyncio.Task[None] | None = None
 
+    @property
+    def members(self) -> KeysView[Any]:
+        """The loop's connections."""
+        return self.slot_of.keys()
+
     def add(self, consumer: Any) -> None:
-        self.members.add(consumer)
         if consumer not in self.slot_of:
             self.slot_of[consumer] = self.last_pinged
             self.slots[self.last_pinged].add(consumer)
@@ -80,7 +84,6 @@ class Ticker:
             self.pinger = asyncio.create_task(self._ping_slots())
 
     def discard(self, consumer: Any) -> None:
-        self.members.discard(consumer)
         slot = self.slot_of.pop(consumer, None)
         if slot is not None:
             self.slots[slot].discard(consumer)

@@ -300,9 +300,6 @@ def channel_input(*, user_id: int, name: str, text: str, client_id: str = "") ->
                     turn = turn_transition(turn_id=turn.id, to=TurnStatus.CANCELLED,
                                            only_from=(TurnStatus.PENDING,))
                     publish_turn(turn)
-                    cancelled_id = str(turn.id)
-                    state.checkpoint_drop_row(cancelled_id)  # with the end
-                    transaction.on_commit(lambda: state.checkpoint_uncache(cancelled_id))
                 except InvalidState:
                     signal = str(turn.id)
             elif turn.status == TurnStatus.INTERRUPTED and not _open_rtc(turn.id):

@@ -43,7 +43,7 @@ from apps.turns.conversation import conversation_for
 from apps.turns.engine import Checkpoint, RtcOutcome
 from apps.turns.llm import ChatModel, Event, Usage
 from apps.turns.llm_errors import LLMError
-from apps.turns.models import TERMINAL_TURN_STATUSES, TURN_TRANSITIONS, Turn, TurnStatus
+from apps.turns.models import TURN_TRANSITIONS, Turn, TurnStatus
 from apps.turns.profiles import ModelProfile, profile_for
 from apps.turns.serializers import turn_to_dict
 from apps.turns.services import turn_transition
@@ -535,7 +535,7 @@ class DjangoTurnPorts:
 
     def _turn_to(self, to: str, **values: Any) -> bool:
         """Move the turn to ``to``; False when it could not (ended meanwhile). A move to an end
-        drops the checkpoint's row in the same transaction (``_ended`` drops Redis's copy).
+        drops the checkpoint (``turn_transition``).
 
         Token totals are not among ``values``: ``accounting.record_answer`` adds each
         answer's usage to the turn and the session as it arrives."""
@@ -549,17 +549,13 @@ class DjangoTurnPorts:
                 self.turn = Turn.objects.get(pk=self.turn.id)
                 return False
             publish_turn(turn)
-            if to in TERMINAL_TURN_STATUSES:
-                state.checkpoint_drop_row(self.tid)
             self.turn = turn
             return True
 
     def _ended(self, moved: bool) -> None:
-        """After ``_turn_to`` an end: the checkpoint's Redis copy goes (its row went with the
-        move; if the turn had ended otherwise, both go now)."""
-        if moved:
-            state.checkpoint_uncache(self.tid)
-        else:
+        """After ``_turn_to`` an end: a turn that had ended otherwise (stopped meanwhile) may
+        still have its checkpoint; the move dropped it otherwise."""
+        if not moved:
             state.checkpoint_delete(self.tid)
 
     def begin(self) -> bool:

@@ -20,6 +20,7 @@ from apps.sessions.selectors import as_uuid
 from apps.sessions.statemachine import apply_transition
 from rtcagent.errors import InvalidState
 
+from . import state
 from .models import ACTIVE_TURN_STATUSES, TERMINAL_TURN_STATUSES, TURN_TRANSITIONS, Turn, TurnStatus
 
 
@@ -35,8 +36,10 @@ def turn_transition(
 
     Entering ``running`` stamps ``started_at`` the first time; a terminal status stamps
     ``completed_at``. ``values`` (e.g. ``error_message``, token usage) are written in the same
-    UPDATE. Raises ``InvalidState`` and changes nothing when the move is refused; ``NotFound``
-    when the turn (of ``user_id``, if given) is not there. Publishes nothing.
+    UPDATE. A terminal status drops the turn's checkpoint: its row with the move (so no ended
+    turn is ever seen with one), Redis's copy after the commit. Raises ``InvalidState`` and
+    changes nothing when the move is refused; ``NotFound`` when the turn (of ``user_id``, if
+    given) is not there. Publishes nothing.
     """
     pk = as_uuid(turn_id, "turn")
     now = timezone.now()
@@ -50,6 +53,9 @@ def turn_transition(
         Turn, entity="turn", pk=pk, to=to, table=TURN_TRANSITIONS, scope=scope, values=stamps,
         only_from=only_from,
     )
+    if to in TERMINAL_TURN_STATUSES:
+        state.checkpoint_drop_row(str(pk))
+        transaction.on_commit(lambda: state.checkpoint_uncache(str(pk)), robust=True)
     return Turn.objects.get(pk=pk)
 
 
@@ -64,7 +70,7 @@ def turn_stop(*, user_id: int, session_id: uuid.UUID | str) -> Turn | None:
     the worker's ``turn.updated`` follows.
     """
     from apps.sessions.selectors import session_get
-    from apps.turns import queue, state
+    from apps.turns import queue
     from apps.turns.runner import close_open_rtcs, publish_turn
 
     session = session_get(user_id=user_id, session_id=session_id)
@@ -91,9 +97,7 @@ def turn_stop(*, user_id: int, session_id: uuid.UUID | str) -> Turn | None:
             return Turn.objects.get(pk=turn.id)
         close_open_rtcs(turn, reason="the turn was stopped")
         publish_turn(turn)
-        state.checkpoint_drop_row(str(turn.id))  # with the end (state.checkpoint_drop_row)
-        transaction.on_commit(lambda: (state.checkpoint_uncache(str(turn.id)),
-                                       queue.unpark(str(turn.session_id))))
+        transaction.on_commit(lambda: queue.unpark(str(turn.session_id)))
     from apps.tasks.subagents import on_turn_end
 
     on_turn_end(turn)  # the sync sub-agents it waited on are stopped too

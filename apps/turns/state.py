@@ -11,9 +11,8 @@ PostgreSQL holds the truth, Redis the fast copy: Redis is never the only copy.
   PostgreSQL, and the sweeper resumes it from there once Redis takes writes again. So Redis's
   copy is never newer than PostgreSQL's, and at worst one save older (when even the delete
   failed), which is what a crash just before that save leaves, and the engine repeats that
-  step idempotently. A turn's end deletes the row in the transaction that ends it
-  (``checkpoint_drop_row``), so no ended turn is ever seen with one, and Redis's copy after the
-  commit (``checkpoint_uncache``).
+  step idempotently. A turn's end (``turn_transition`` to a terminal status) deletes the row in
+  its transaction, so no ended turn is ever seen with one, and Redis's copy after the commit.
 * **Stop.** ``request_stop`` stamps ``Turn.stop_requested_at``, then sets the Redis flag that the
   streaming worker polls five times a second. The poll stays on Redis (one round trip, both
   keys): only when Redis has no checkpoint for a turn that is running, i.e. it lost its data,
@@ -121,8 +120,8 @@ def checkpoint_delete(turn_id: str) -> None:
 
 
 def checkpoint_drop_row(turn_id: str) -> None:
-    """The PostgreSQL half of ``checkpoint_delete``, inside the transaction that ends the turn
-    (so that no ended turn is ever seen with a checkpoint); ``checkpoint_uncache`` follows."""
+    """The PostgreSQL half of ``checkpoint_delete`` (inside the transaction that ends the turn,
+    ``turn_transition``); ``checkpoint_uncache`` follows its commit."""
     TurnCheckpoint.objects.filter(turn_id=turn_id).delete()
 
 

@@ -58,10 +58,9 @@ def test_a_database_that_is_away_does_not_break_the_idle_loop(monkeypatch) -> No
 
     from django.db import connection
 
-    with socket.socket() as probe:  # a port nothing listens on
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    monkeypatch.setitem(connection.settings_dict, "CONN_MAX_AGE", 60)
-    monkeypatch.setitem(connection.settings_dict, "HOST", "127.0.0.1")
-    monkeypatch.setitem(connection.settings_dict, "PORT", str(port))
-    assert _in_a_new_thread(_ready) == {"result": (False, False)}
+    with socket.socket() as taken:  # bound, never listening: connections to it are refused,
+        taken.bind(("127.0.0.1", 0))  # and no other process can take the port meanwhile
+        monkeypatch.setitem(connection.settings_dict, "CONN_MAX_AGE", 60)
+        monkeypatch.setitem(connection.settings_dict, "HOST", "127.0.0.1")
+        monkeypatch.setitem(connection.settings_dict, "PORT", str(taken.getsockname()[1]))
+        assert _in_a_new_thread(_ready) == {"result": (False, False)}
