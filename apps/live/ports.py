@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from apps.gateway.events import publish_live
+from apps.sessions.models import Session
 from apps.turns import conversation
 from apps.turns.context import message_parts
 from apps.turns.engine import Checkpoint, validate
@@ -71,16 +72,17 @@ def hold_line() -> str:
     return str(live_setting("LIVE_HOLD_LINE")).strip() or "One moment."
 
 
-def ports_for(turn: Turn, llm: ChatModel, lost: Callable[[], bool]) -> DjangoTurnPorts:
+def ports_for(turn: Turn, llm: ChatModel, lost: Callable[[], bool],
+              session: Session | None = None) -> DjangoTurnPorts:
     """The ports of ``turn``: ``LivePorts`` when its session is a live call's. A call's turns
     start from its inputs, whose client ids (hence the turns') start ``live:``: any other turn
-    costs no query here."""
+    costs no query here. ``session``: the turn's session row when the caller has it fresh."""
     if not (turn.client_id or "").startswith("live:"):
-        return DjangoTurnPorts(turn, llm, lost)
+        return DjangoTurnPorts(turn, llm, lost, session=session)
     call = LiveCall.objects.filter(session_id=turn.session_id).first()
     if call is None:
-        return DjangoTurnPorts(turn, llm, lost)
-    return LivePorts(turn, llm, lost, call=call)
+        return DjangoTurnPorts(turn, llm, lost, session=session)
+    return LivePorts(turn, llm, lost, call=call, session=session)
 
 
 class _Prefetch:
@@ -257,8 +259,8 @@ class LivePorts(DjangoTurnPorts):
     waits_out_tools = True  # the worker: a stop flag never fails this turn's running RTC
 
     def __init__(self, turn: Turn, llm: ChatModel, lost: Callable[[], bool] = lambda: False,
-                 *, call: LiveCall) -> None:
-        super().__init__(turn, llm, lost)
+                 *, call: LiveCall, session: Session | None = None) -> None:
+        super().__init__(turn, llm, lost, session=session)
         self.call = call
         self.llm = _Abortable(llm, self.watch, str(self.session.id))
         self._out_seq = 0

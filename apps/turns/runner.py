@@ -50,6 +50,7 @@ from apps.turns.services import turn_transition
 from rtcagent.conf import rtc_setting
 from rtcagent.errors import InvalidState
 from rtcagent.redis import get_redis
+from rtcagent.returning import update_returning
 
 log = logging.getLogger(__name__)
 
@@ -124,12 +125,13 @@ class DjangoTurnPorts:
 
     def __init__(
         self, turn: Turn, llm: ChatModel, lost: Callable[[], bool] = lambda: False,
-        *, profile: ModelProfile | None = None,
+        *, profile: ModelProfile | None = None, session: Session | None = None,
     ) -> None:
         self.turn = turn
         self.llm = llm
         self._lost = lost
-        self.session = Session.objects.get(pk=turn.session_id)
+        # ``session``: the row as the caller just read or wrote it (a turn's start has it)
+        self.session = session or Session.objects.get(pk=turn.session_id)
         self.profile = profile or profile_for(getattr(llm, "model", None))
         self.context = TurnContext(
             session=self.session, turn=turn, llm=llm, profile=self.profile,
@@ -644,27 +646,32 @@ def _subagent_turn_end(turn: Turn) -> None:
 
 
 def publish_turn(turn: Turn, *,
-                 before: list[tuple[dict[str, Any], dict[str, Any]]] | None = None) -> None:
+                 before: list[tuple[dict[str, Any], dict[str, Any]]] | None = None
+                 ) -> Session | None:
     """Inside a transaction: align the session's status with the turn and publish both; the
     turn alone when the session did not change (running <-> interrupted: it stays active, so
     each tool pause and resume needs neither the session's row lock nor its snapshot).
 
     ``before``: ``(item, data)`` pairs that replace the turn's ``updated`` item at the head of
-    the same Update (a turn just created: ``turn created`` and its trigger message)."""
+    the same Update (a turn just created: ``turn created`` and its trigger message). Returns
+    the session's row as changed (None when it did not change)."""
     busy = turn.status in (TurnStatus.PENDING, TurnStatus.RUNNING, TurnStatus.INTERRUPTED)
     status = SessionStatus.ACTIVE if busy else SessionStatus.IDLE
     head = before or [(item("turn", "updated", turn.id), turn_to_dict(turn))]
     items, data_list = [i for i, _ in head], [d for _, d in head]
-    changed = Session.objects.filter(pk=turn.session_id).exclude(
-        status__in=[SessionStatus.CLOSED, status]
-    ).update(status=status, updated_at=timezone.now())
-    if changed:
-        # Locked until commit: a concurrent session.update waits, so its (newer) snapshot gets
-        # the later offset and clients never end on an older session state.
-        session = Session.objects.select_for_update().get(pk=turn.session_id)
+    # One statement changes and reads the row. It stays locked until commit: a concurrent
+    # session.update waits, so its (newer) snapshot gets the later offset and clients never
+    # end on an older session state.
+    changed = update_returning(
+        Session.objects.filter(pk=turn.session_id).exclude(
+            status__in=[SessionStatus.CLOSED, status]),
+        status=status, updated_at=timezone.now())
+    session = changed[0] if changed else None
+    if session is not None:
         items.append(item("session", "updated", session.id))
         data_list.append(session_to_dict(session))
     publish_update(user_id=turn.user_id, items=items, data_list=data_list)
+    return session
 
 
 def close_open_rtcs(turn: Turn, *, reason: str) -> None:

@@ -44,7 +44,7 @@ from apps.live.ports import ports_for
 from apps.live.services import input_skipped, take_in_earlier_inputs
 from apps.ops import processes
 from apps.rtc.models import TERMINAL_RTC_STATUSES, Rtc
-from apps.sessions.models import Message
+from apps.sessions.models import Message, Session
 from apps.sessions.serializers import message_to_dict
 from apps.storage.cleanup import orphans_purge, unsent_uploads_purge
 from apps.storage.credentials import credentials_purge_expired
@@ -320,7 +320,7 @@ class Worker:
                 if live:
                     take_in_earlier_inputs(msg, turn)
                 state.checkpoint_store(str(turn.id), empty)
-                publish_turn(turn, before=[
+                session = publish_turn(turn, before=[
                     (item("turn", "created", turn.id), turn_to_dict(turn)),
                     (item("message", "updated", msg.id), message_to_dict(msg)),
                 ])
@@ -330,16 +330,18 @@ class Worker:
             park_session(session_id)
             return
         state.checkpoint_cache(str(turn.id), empty)
-        self.run_turn(turn, checkpoint=empty)
+        self.run_turn(turn, checkpoint=empty, session=session)
 
-    def run_turn(self, turn: Turn, *, checkpoint: dict[str, Any] | None = None) -> None:
+    def run_turn(self, turn: Turn, *, checkpoint: dict[str, Any] | None = None,
+                 session: Session | None = None) -> None:
         """Run the turn from its checkpoint (``checkpoint`` when the caller has it, else
-        Redis's copy, or PostgreSQL's when Redis lost it).
+        Redis's copy, or PostgreSQL's when Redis lost it). ``session``: its row, when the
+        caller has just written it (else the ports read it).
 
         A Redis that refuses the checkpoint's copy (``state.CheckpointNotCached``) ends this run
         with the turn still ``running``: the sweeper resumes it from PostgreSQL."""
         hold = self._hold
-        ports = ports_for(turn, self.llm_factory(), lambda: bool(hold and hold.lost))
+        ports = ports_for(turn, self.llm_factory(), lambda: bool(hold and hold.lost), session)
         try:
             self._run_turn(turn, ports, checkpoint)
         finally:
