@@ -17,15 +17,19 @@ way to a turn's first model request): it is queued behind the earlier sends of t
 thread, so those still reach Redis in order. Its failure is logged; at most ``MAX_QUEUED`` sends
 wait (beyond that, while Redis hangs, new ones are dropped and logged). What goes through here
 is a bell (a topic's offset, a disconnect): best effort, which the receivers' own polling backs
-up. ``flush`` waits for the queued ones (a worker that stops).
+up; a send may carry follow-up Redis work (``then``: the topic's pending offset settled after
+its bell) that runs in the same order. ``flush`` waits for the queued ones (a worker that stops,
+and any process at its normal exit).
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import logging
 import threading
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from channels.layers import get_channel_layer
@@ -55,6 +59,8 @@ def _background_loop() -> asyncio.AbstractEventLoop:
         if _loop is None or _loop.is_closed():
             loop = asyncio.new_event_loop()
             threading.Thread(target=loop.run_forever, name="channel-layer", daemon=True).start()
+            if _loop is None:  # a process that exits normally delivers what it queued
+                atexit.register(flush)
             _loop = loop
         return _loop
 
@@ -65,9 +71,10 @@ _queued = 0  # sends not finished yet (under ``_lock``)
 
 
 async def _chained(key: int, group: str, message: dict[str, Any], limit: float,
-                   waited: bool) -> None:
-    """On the loop: send after the calling thread's previous send has finished; a failure is
-    logged here unless the caller waits for it (it is raised to that caller)."""
+                   waited: bool, then: Callable[[], Awaitable[Any]] | None) -> None:
+    """On the loop: send after the calling thread's previous send has finished, then run
+    ``then`` (whatever the send's outcome); a failure is logged here unless the caller waits
+    for it (it is raised to that caller)."""
     prev = _tails.get(key)
     me = asyncio.current_task()
     assert me is not None
@@ -82,8 +89,15 @@ async def _chained(key: int, group: str, message: dict[str, Any], limit: float,
             log.error("channel-layer send to %s failed: %r", group, exc)
         raise
     finally:
-        if _tails.get(key) is me:
-            del _tails[key]
+        try:
+            if then is not None:
+                async with asyncio.timeout(limit):
+                    await then()
+        except Exception as exc:
+            log.error("the step after the send to %s failed: %r", group, exc)
+        finally:
+            if _tails.get(key) is me:
+                del _tails[key]
 
 
 def _done(_future: Any) -> None:
@@ -93,9 +107,11 @@ def _done(_future: Any) -> None:
 
 
 def group_send(group: str, message: dict[str, Any], *, wait: bool = False,
-               timeout: float = 5.0) -> None:
+               timeout: float = 5.0, then: Callable[[], Awaitable[Any]] | None = None) -> None:
     """Send to a channel-layer group from sync code, in order with the calling thread's other
-    sends; ``wait``: until it was handed to Redis (raising its error)."""
+    sends; ``wait``: until it was handed to Redis (raising its error). ``then``: a coroutine
+    function the loop runs after the send, before the thread's next one (its failure is
+    logged): follow-up Redis work the caller need not wait for."""
     global _queued
     with _lock:
         if _queued >= MAX_QUEUED and not wait:
@@ -103,7 +119,7 @@ def group_send(group: str, message: dict[str, Any], *, wait: bool = False,
             return
         _queued += 1
     future = asyncio.run_coroutine_threadsafe(
-        _chained(threading.get_ident(), group, message, timeout, wait), _background_loop()
+        _chained(threading.get_ident(), group, message, timeout, wait, then), _background_loop()
     )
     future.add_done_callback(_done)
     if wait:

@@ -53,3 +53,27 @@ def test_a_waiting_send_raises_its_error_and_one_that_does_not_wait_logs_it(capl
     layer.flush(10)
     assert any("channel-layer send to no spaces allowed failed" in r.getMessage()
                for r in caplog.records)
+
+
+def test_a_sends_follow_up_runs_after_it_in_order_and_its_failure_is_only_logged(
+        caplog) -> None:
+    """``then`` (the topic's settle after its bell) runs on the loop after its send, before
+    the thread's next send; one that fails is logged and the sends after it still go."""
+    channel = asyncio.run(_join("then"))
+    seen: list[str] = []
+
+    def follow(n: int, fail: bool = False):
+        async def step() -> None:
+            seen.append(f"then {n}")
+            if fail:
+                raise RuntimeError(f"follow-up {n} broke")
+        return step
+
+    layer.group_send("then", {"type": "x", "n": 1}, then=follow(1))
+    layer.group_send("then", {"type": "x", "n": 2}, then=follow(2, fail=True))
+    layer.group_send("then", {"type": "x", "n": 3}, then=follow(3))
+    layer.group_send("no spaces allowed", {"type": "x"}, then=follow(4))  # the send fails
+    layer.flush(10)
+    assert asyncio.run(_receive(channel, 3)) == [1, 2, 3]
+    assert seen == ["then 1", "then 2", "then 3", "then 4"]
+    assert any("follow-up 2 broke" in r.getMessage() for r in caplog.records)

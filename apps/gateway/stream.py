@@ -32,7 +32,7 @@ from django.utils import timezone
 
 from rtcagent import keys, layer
 from rtcagent.conf import rtc_setting
-from rtcagent.redis import get_redis
+from rtcagent.redis import get_redis, new_async_redis
 
 from .models import TopicEvent
 
@@ -164,7 +164,17 @@ def _insert_sql() -> tuple[str, list[Any]]:
 
 
 def ring(event: TopicEvent) -> None:
-    """After commit: tell the user's connections, then drop the offset from the pending set."""
+    """After commit: tell the user's connections, then drop the offset from the pending set.
+
+    Both go through the layer's loop (``rtcagent.layer.group_send``), in that order, so the
+    committing thread does not wait for Redis: after a turn's start, for instance, the model
+    request goes out without a round trip for the settle. A settle that fails is harmless: the
+    gap filler finds the row and settles the offset."""
+    pending, offset = keys.topic_pending(event.user_id), event.offset
+
+    async def settle() -> None:
+        await new_async_redis().zrem(pending, offset)
+
     try:
         layer.group_send(
             keys.topic_group(event.user_id),
@@ -174,13 +184,10 @@ def ring(event: TopicEvent) -> None:
                 "offset": event.offset,
                 "data": event.publication(),
             },
+            then=settle,
         )
     except Exception:  # the bell is best effort: connections also poll the watermark
         log.exception("topic bell failed for user %s offset %s", event.user_id, event.offset)
-    try:
-        get_redis().zrem(keys.topic_pending(event.user_id), event.offset)
-    except Exception:  # harmless: the gap filler finds the row and settles the offset
-        log.exception("could not settle offset %s of user %s", event.offset, event.user_id)
 
 
 def read_range(

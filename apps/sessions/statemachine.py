@@ -1,21 +1,25 @@
 """Explicit state machines: one allowed-transitions table per model, one conditional UPDATE.
 
 A transition never reads-then-writes. It is a single
-``UPDATE ... SET status=<to> WHERE id=<pk> AND status IN (<allowed predecessors>) [AND scope]``;
-the database decides who wins a race, and exactly one of two concurrent callers can move a row
-out of a given state. Only after the UPDATE changed no row do we read, to tell a missing (or
-foreign) row (``NotFound``) from a refused move (``InvalidState``); that read decides nothing.
+``UPDATE ... SET status=<to> WHERE id=<pk> AND status IN (<allowed predecessors>) [AND scope]
+RETURNING ...`` (the moved row comes back with it); the database decides who wins a race, and
+exactly one of two concurrent callers can move a row out of a given state. Only after the
+UPDATE changed no row do we read, to tell a missing (or foreign) row (``NotFound``) from a
+refused move (``InvalidState``); that read decides nothing.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from django.db import models
 from django.utils import timezone
 
 from rtcagent.errors import InvalidState, NotFound
+from rtcagent.returning import update_returning
+
+M = TypeVar("M", bound=models.Model)
 
 Table = Mapping[str, frozenset[str]]
 
@@ -26,7 +30,7 @@ def predecessors(table: Table, to: str) -> list[str]:
 
 
 def apply_transition(
-    model: type[models.Model],
+    model: type[M],
     *,
     entity: str,
     pk: Any,
@@ -35,8 +39,9 @@ def apply_transition(
     scope: Mapping[str, Any] | None = None,
     values: Mapping[str, Any] | None = None,
     only_from: Collection[str] | None = None,
-) -> None:
-    """Move row ``pk`` of ``model`` to status ``to`` if the table allows it from its status now.
+) -> M:
+    """Move row ``pk`` of ``model`` to status ``to`` if the table allows it from its status now;
+    return the row as the UPDATE left it (read back in the same statement).
 
     ``scope`` adds filters (owner, not soft-deleted) that make a row outside it ``NotFound``;
     ``values`` are set in the same UPDATE (timestamps, result, error). ``updated_at`` is stamped.
@@ -49,13 +54,13 @@ def apply_transition(
     allowed = predecessors(table, to)
     if only_from is not None:
         allowed = [status for status in allowed if status in only_from]
-    changed = 0
     if allowed:
-        changed = manager.filter(pk=pk, status__in=allowed, **scope).update(
-            status=to, updated_at=timezone.now(), **dict(values or {})
+        changed = update_returning(
+            manager.filter(pk=pk, status__in=allowed, **scope),
+            status=to, updated_at=timezone.now(), **dict(values or {}),
         )
-    if changed:
-        return
+        if changed:
+            return changed[0]
     current = manager.filter(pk=pk, **scope).values_list("status", flat=True).first()
     if current is None:
         raise NotFound(entity, pk)

@@ -145,6 +145,8 @@ class DjangoTurnPorts:
         self._unbilled: Callable[[], None] | None = None  # see settle
         self._resuming = False  # see begin
         self._turn_offset: int | None = None  # the next message's turn_offset (see _new_message)
+        self._rtc_count: int | None = None  # the turn's RTCs, when this run knows (began_here)
+        self._fresh = False  # see began_here
         self.tid = str(turn.id)
         self.user_id = turn.user_id
         self._streams: dict[tuple[int, str], Message] = {}
@@ -223,6 +225,15 @@ class DjangoTurnPorts:
             self._cancel = state.stop_requested(self.tid)
         return self._cancel
 
+    def began_here(self, *, messages: int) -> None:
+        """This run created the turn, which has ``messages`` messages so far (its trigger): no
+        earlier run wrote any of its messages or RTCs, so the look-ups that make a repeated step
+        idempotent (a message or RTC an earlier run wrote, their counts) are skipped. Each key
+        is written at most once in a run; a run that loses its hold ends at its next check."""
+        self._fresh = True
+        self._turn_offset = messages
+        self._rtc_count = 0
+
     # --- messages ---------------------------------------------------------------------------
 
     def _message(
@@ -249,9 +260,10 @@ class DjangoTurnPorts:
         Update items it makes (none when it already existed), for the caller to publish with
         its own."""
         client_id = f"turn:{self.tid}:{key}"
-        found = Message.objects.filter(user_id=self.user_id, client_id=client_id).first()
-        if found is not None:
-            return found, [], []
+        if not self._fresh:
+            found = Message.objects.filter(user_id=self.user_id, client_id=client_id).first()
+            if found is not None:
+                return found, [], []
         offset = session_allocate_offsets(session_id=self.session.id)
         if self._turn_offset is None:  # counted once per run: only this run adds to the turn
             self._turn_offset = Message.objects.filter(turn_id=self.turn.id).count()
@@ -329,7 +341,7 @@ class DjangoTurnPorts:
         # Streamed by this process: kept; else maybe by a process that died mid-answer (its
         # messages must not stay "streaming"): both kinds looked up in one query.
         unseen = [f"turn:{self.tid}:{step}:{kind}" for kind in ("thinking", "markdown")
-                  if (step, kind) not in self._streams]
+                  if (step, kind) not in self._streams and not self._fresh]
         earlier = {m.client_id: m for m in Message.objects.filter(
             user_id=self.user_id, client_id__in=unseen)} if unseen else {}
         for kind, body in (("thinking", reasoning), ("markdown", text)):
@@ -498,8 +510,8 @@ class DjangoTurnPorts:
             # One RTC per call message (this step's call): ids like "call_0" recur across the
             # answers of one turn, so the id alone would find an earlier call's RTC.
             input_msg, items, data_list = self._new_call_message(step, call)
-            rtc = Rtc.objects.filter(turn_id=self.turn.id, message=input_msg,
-                                     tool_call_id=call["id"]).first()
+            rtc = None if self._fresh else Rtc.objects.filter(
+                turn_id=self.turn.id, message=input_msg, tool_call_id=call["id"]).first()
             if rtc is None:
                 session = Session.objects.get(pk=self.session.id)
                 if gate.admit(session, self.turn.id):
@@ -510,7 +522,8 @@ class DjangoTurnPorts:
                         tool_call_id=call["id"],
                         tool_name=call["name"],
                         parameters=arguments,
-                        offset=Rtc.objects.filter(turn_id=self.turn.id).count(),
+                        offset=(self._rtc_count if self._rtc_count is not None
+                                else Rtc.objects.filter(turn_id=self.turn.id).count()),
                         message=input_msg,
                         status=RtcStatus.PENDING,
                         needs_approval=rtc_tools.needs_approval(
@@ -518,6 +531,8 @@ class DjangoTurnPorts:
                         ),
                         deadline=timezone.now() + rtc_tools.deadline_for(call["name"]),
                     )
+                    if self._rtc_count is not None:
+                        self._rtc_count += 1
                     items.append(item("rtc", "created", rtc.id))
                     data_list.append(rtc_to_dict(rtc))
             self._publish(items, data_list)

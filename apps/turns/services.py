@@ -49,14 +49,14 @@ def turn_transition(
     elif to in TERMINAL_TURN_STATUSES:
         stamps["completed_at"] = now
     scope = {"user_id": user_id} if user_id is not None else None
-    apply_transition(
+    turn = apply_transition(
         Turn, entity="turn", pk=pk, to=to, table=TURN_TRANSITIONS, scope=scope, values=stamps,
         only_from=only_from,
     )
     if to in TERMINAL_TURN_STATUSES:
         state.checkpoint_drop_row(str(pk))
         transaction.on_commit(lambda: state.checkpoint_uncache(str(pk)), robust=True)
-    return Turn.objects.get(pk=pk)
+    return turn
 
 
 def turn_stop(*, user_id: int, session_id: uuid.UUID | str) -> Turn | None:

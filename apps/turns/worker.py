@@ -330,18 +330,22 @@ class Worker:
             park_session(session_id)
             return
         state.checkpoint_cache(str(turn.id), empty)
-        self.run_turn(turn, checkpoint=empty, session=session)
+        # A live call's turn may have taken in earlier inputs: its messages are counted.
+        self.run_turn(turn, checkpoint=empty, session=session, messages=None if live else 1)
 
     def run_turn(self, turn: Turn, *, checkpoint: dict[str, Any] | None = None,
-                 session: Session | None = None) -> None:
+                 session: Session | None = None, messages: int | None = None) -> None:
         """Run the turn from its checkpoint (``checkpoint`` when the caller has it, else
         Redis's copy, or PostgreSQL's when Redis lost it). ``session``: its row, when the
-        caller has just written it (else the ports read it).
+        caller has just written it (else the ports read it). ``messages``: the caller has just
+        created the turn, with that many messages (``DjangoTurnPorts.began_here``).
 
         A Redis that refuses the checkpoint's copy (``state.CheckpointNotCached``) ends this run
         with the turn still ``running``: the sweeper resumes it from PostgreSQL."""
         hold = self._hold
         ports = ports_for(turn, self.llm_factory(), lambda: bool(hold and hold.lost), session)
+        if messages is not None:
+            ports.began_here(messages=messages)
         try:
             self._run_turn(turn, ports, checkpoint)
         finally:
