@@ -150,7 +150,9 @@ def _context_tokens(session: Session) -> int:
 
 def should_extract(session_id: Any) -> bool:
     """Whether the session's conversation grew enough for an extraction (module docstring)."""
-    session = Session.objects.filter(pk=session_id, deleted_at__isnull=True).first()
+    # after every turn and pause: the two columns it needs, not the session's ~40
+    session = (Session.objects.filter(pk=session_id, deleted_at__isnull=True)
+               .only("id", "current_context_tokens").first())
     if session is None:
         return False
     init = int(memory_setting("MEMORY_EXTRACT_INIT_TOKENS"))

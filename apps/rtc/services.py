@@ -19,6 +19,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from apps.gateway.events import item, publish_update
+from apps.sessions.models import Session
 from apps.sessions.selectors import as_uuid, owned_get
 from apps.sessions.statemachine import apply_transition
 from rtcagent.errors import InvalidRequest, InvalidState, PermissionDenied
@@ -34,14 +35,16 @@ def rtc_transition(
     to: str,
     user_id: int | None = None,
     values: Mapping[str, Any] | None = None,
+    session: Session | None = None,
 ) -> Rtc:
-    """Move an RTC forward along ``RTC_TRANSITIONS`` with one conditional UPDATE; return it.
+    """Move an RTC forward along ``RTC_TRANSITIONS`` with one conditional UPDATE; return it as
+    the UPDATE left it, with ``session`` (its session's row, when the caller read it) attached.
 
     Stamps ``sent_at`` (sent), ``started_at`` (executing) the first time, ``completed_at`` on a
     terminal status. ``values`` (``result``, ``error_message``, ``client_id``) are written in the
     same UPDATE, so a result lands only together with the winning transition. Raises
     ``InvalidState`` and changes nothing when the move is refused; ``NotFound`` when the RTC (of
-    ``user_id``, if given) is not there. Publishes nothing. Read back with its session.
+    ``user_id``, if given) is not there. Publishes nothing.
     """
     pk = as_uuid(rtc_id, "rtc")
     now = timezone.now()
@@ -53,10 +56,12 @@ def rtc_transition(
     elif to in TERMINAL_RTC_STATUSES:
         stamps["completed_at"] = now
     scope = {"user_id": user_id} if user_id is not None else None
-    apply_transition(
+    rtc = apply_transition(
         Rtc, entity="rtc", pk=pk, to=to, table=RTC_TRANSITIONS, scope=scope, values=stamps
     )
-    return Rtc.objects.select_related("session").get(pk=pk)
+    if session is not None and session.pk == rtc.session_id:
+        rtc.session = session
+    return rtc
 
 
 # --- the browser's side of an RTC: status, result, timeout ----------------------------------
@@ -129,7 +134,8 @@ def rtc_update_status(
             values = {"client_id": client_id}
         elif status == RtcStatus.REJECTED:
             values = {"error_message": reason[:2000], "client_id": client_id}
-        rtc = rtc_transition(rtc_id=rtc.id, to=status, user_id=user_id, values=values)
+        rtc = rtc_transition(rtc_id=rtc.id, to=status, user_id=user_id, values=values,
+                             session=rtc.session)
         if status == RtcStatus.REJECTED:
             _resume_after_commit(rtc)
         return RtcChange(rtc=rtc, updates=_published(rtc))
@@ -161,7 +167,8 @@ def rtc_submit_result(
             else:
                 values["error_message"] = (error or "the tool failed")[:10000]
             try:
-                rtc = rtc_transition(rtc_id=rtc.id, to=to, user_id=user_id, values=values)
+                rtc = rtc_transition(rtc_id=rtc.id, to=to, user_id=user_id, values=values,
+                                     session=rtc.session)
             except InvalidState:
                 rtc = Rtc.objects.select_related("session").get(pk=rtc.id)
             else:

@@ -12,9 +12,12 @@ scheduler's sweep, ``apps.tasks.scheduler.goals_sweep``).
 
 from __future__ import annotations
 
+import json
 import logging
 import uuid
 from typing import Any
+
+from django.db import connection
 
 from apps.sessions.models import Session
 
@@ -35,15 +38,31 @@ def after_turn(turn: Any) -> None:
 
 
 def prompt_reminders(session_id: uuid.UUID | str) -> list[str]:
-    """The reminders of the session's next request, in a stable order (goal, then todos)."""
+    """The reminders of the session's next request, in a stable order (goal, then todos).
+
+    One statement reads both (the session's todo list and its active goal, if any), written as
+    SQL: it runs before every model request, where the ORM's two queries cost about four
+    times as much CPU to build as to run."""
     try:
         texts: list[str] = []
-        goal = (Goal.objects.filter(session_id=session_id, status=GoalStatus.ACTIVE)
-                .values("condition", "rounds", "max_rounds").first())
-        if goal is not None:
-            texts.append(goal_reminder(**goal))
-        todo_list = (Session.objects.filter(pk=session_id)
-                     .values_list("todo_list", flat=True).first())
+        pk = Session._meta.pk.get_db_prep_value(uuid.UUID(str(session_id)), connection)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT s.todo_list, g.condition, g.rounds, g.max_rounds"  # noqa: S608
+                f" FROM {Session._meta.db_table} s LEFT JOIN {Goal._meta.db_table} g"
+                " ON g.session_id = s.id AND g.status = %s WHERE s.id = %s"
+                " ORDER BY g.id LIMIT 1",
+                [GoalStatus.ACTIVE, pk],
+            )
+            row = cursor.fetchone()
+        if row is None:
+            return texts
+        todo_list, condition, rounds, max_rounds = row
+        if condition is not None:
+            texts.append(goal_reminder(condition=condition, rounds=rounds,
+                                       max_rounds=max_rounds))
+        if isinstance(todo_list, str):  # Django reads JSON columns as text
+            todo_list = json.loads(todo_list)
         todos = todo_reminder(todo_list or [])
         if todos:
             texts.append(todos)

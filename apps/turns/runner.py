@@ -294,10 +294,10 @@ class DjangoTurnPorts:
 
     def _link_output(self, call_msg: Message, msg: Message) -> Rtc | None:
         """The RTC made for ``call_msg``, now pointing at its output ``msg``."""
-        rtcs = Rtc.objects.filter(turn_id=self.turn.id, message=call_msg)
-        if not rtcs.update(output_message=msg, updated_at=timezone.now()):
-            return None  # refused before it became an RTC (bad arguments, unknown tool)
-        return rtcs.get()
+        linked = update_returning(Rtc.objects.filter(turn_id=self.turn.id, message=call_msg),
+                                  output_message=msg, updated_at=timezone.now())
+        # none: refused before it became an RTC (bad arguments, unknown tool)
+        return linked[0] if linked else None
 
     def _update_message(self, msg: Message, **fields: Any) -> None:
         with transaction.atomic():
