@@ -537,59 +537,65 @@ def message_send(
             host_functions = validate_host_functions(host_functions)
         except ValueError as exc:
             raise InvalidRequest(f"host_functions: {exc}") from None
-    with transaction.atomic():
-        turn_limits_check(user_id=user_id, client_id=client_id)
-        created = not server_session_id
-        if created:
-            offset = 1  # the session's first message
-            session = Session.objects.create(
-                user_id=user_id, client_session_id=client_session_id,
-                title=_title_from(content), device_id=device_id,
-                agent_prompt=agent_prompt or "", work_mode=work_mode or WorkMode.EDIT,
-                status=SessionStatus.IDLE, host_functions=host_functions or [],
-                last_message_offset=offset,
+    # A reused client_id fails the message's insert (the unique constraint, which also orders
+    # two sends racing with it); the whole transaction (or the caller's savepoint) is rolled
+    # back before the existing message is looked up, so no savepoint of its own is needed
+    # around the insert (two round trips on every send).
+    try:
+        with transaction.atomic():
+            turn_limits_check(user_id=user_id, client_id=client_id)
+            created = not server_session_id
+            if created:
+                offset = 1  # the session's first message
+                session = Session.objects.create(
+                    user_id=user_id, client_session_id=client_session_id,
+                    title=_title_from(content), device_id=device_id,
+                    agent_prompt=agent_prompt or "", work_mode=work_mode or WorkMode.EDIT,
+                    status=SessionStatus.IDLE, host_functions=host_functions or [],
+                    last_message_offset=offset,
+                )
+            else:
+                # One statement finds the session, applies the send's changes, takes the
+                # message's offset (the row stays locked until commit, which orders concurrent
+                # senders) and reads back the snapshot the Update carries.
+                pk = as_uuid(server_session_id, "session")
+                changes: dict[str, Any] = {"updated_at": timezone.now(),
+                                           "last_message_offset": F("last_message_offset") + 1}
+                if device_id:
+                    changes["device_id"] = device_id
+                if work_mode is not None:
+                    changes["work_mode"] = work_mode
+                if host_functions is not None:
+                    changes["host_functions"] = host_functions
+                rows = update_returning(
+                    visible_sessions(user_id=user_id).filter(pk=pk).exclude(
+                        status=SessionStatus.CLOSED), **changes)
+                if not rows:
+                    session = session_get(user_id=user_id, session_id=pk)  # NotFound when not
+                    raise InvalidState(f"session {session.id} is closed; open it first")
+                session = rows[0]
+                offset = session.last_message_offset
+            message = Message(
+                session_id=session.id, user_id=user_id, client_id=client_id,
+                global_offset=offset, role=MessageRole.USER, content=content,
             )
-        else:
-            # One statement finds the session, applies the send's changes, takes the message's
-            # offset (the row stays locked until commit, which orders concurrent senders) and
-            # reads back the snapshot the Update carries.
-            pk = as_uuid(server_session_id, "session")
-            changes: dict[str, Any] = {
-                "updated_at": timezone.now(), "last_message_offset": F("last_message_offset") + 1}
-            if device_id:
-                changes["device_id"] = device_id
-            if work_mode is not None:
-                changes["work_mode"] = work_mode
-            if host_functions is not None:
-                changes["host_functions"] = host_functions
-            rows = update_returning(
-                visible_sessions(user_id=user_id).filter(pk=pk).exclude(
-                    status=SessionStatus.CLOSED), **changes)
-            if not rows:
-                session = session_get(user_id=user_id, session_id=pk)  # NotFound when not
-                raise InvalidState(f"session {session.id} is closed; open it first")
-            session = rows[0]
-            offset = session.last_message_offset
-        message = Message(
-            session_id=session.id, user_id=user_id, client_id=client_id,
-            global_offset=offset, role=MessageRole.USER, content=content,
-        )
-        try:
-            with transaction.atomic():
-                message.save(force_insert=True)
-        except IntegrityError:
-            raise _conflict(user_id, client_id) from None
-        update = publish_update(
-            user_id=user_id,
-            items=[
-                item("session", "created" if created else "updated", session.id),
-                item("message", "created", message.id),
-            ],
-            data_list=[session_to_dict(session), message_to_dict(message)],
-        )
-        # robust: a failing callback before this one must not drop the turn (the sweeper would
-        # still find the message, but only after RTC_ORPHAN_AFTER)
-        transaction.on_commit(
-            lambda: enqueue_message(session.id, message.id, user_id=user_id), robust=True
-        )
+            message.save(force_insert=True)  # a reused client_id fails: below
+            update = publish_update(
+                user_id=user_id,
+                items=[
+                    item("session", "created" if created else "updated", session.id),
+                    item("message", "created", message.id),
+                ],
+                data_list=[session_to_dict(session), message_to_dict(message)],
+            )
+            # robust: a failing callback before this one must not drop the turn (the sweeper
+            # would still find the message, but only after RTC_ORPHAN_AFTER)
+            transaction.on_commit(
+                lambda: enqueue_message(session.id, message.id, user_id=user_id), robust=True
+            )
+    except IntegrityError:
+        conflict = _conflict(user_id, client_id)
+        if conflict.details is None:  # not the client_id's constraint
+            raise
+        raise conflict from None
     return MessageSent(session=session, message=message, updates=[update])
