@@ -126,6 +126,25 @@ def group_send(group: str, message: dict[str, Any], *, wait: bool = False,
         future.result(timeout * 2)
 
 
+def wait_sent(timeout: float = 2.0) -> None:
+    """Wait (at most ``timeout`` seconds) until the calling thread's queued sends are done.
+
+    For a bell someone is waiting for (a tool call's RTC: the browser runs it when it hears):
+    while this thread waits, the loop thread has the interpreter to itself, where work that
+    follows on this thread (the answer's accounting) would keep it waiting for the GIL."""
+    loop, key = _loop, threading.get_ident()
+    if loop is None or loop.is_closed():
+        return
+
+    async def mine() -> None:
+        task = _tails.get(key)
+        if task is not None:
+            await asyncio.wait({task}, timeout=timeout)
+
+    with contextlib.suppress(Exception):
+        asyncio.run_coroutine_threadsafe(mine(), loop).result(timeout + 1)
+
+
 def flush(timeout: float = 2.0) -> None:
     """Wait (at most ``timeout`` seconds) for the sends queued so far."""
     loop = _loop

@@ -47,6 +47,7 @@ from apps.turns.models import TURN_TRANSITIONS, Turn, TurnStatus
 from apps.turns.profiles import ModelProfile, profile_for
 from apps.turns.serializers import turn_to_dict
 from apps.turns.services import turn_transition
+from rtcagent import layer
 from rtcagent.conf import rtc_setting
 from rtcagent.errors import InvalidState
 from rtcagent.redis import get_redis
@@ -536,6 +537,7 @@ class DjangoTurnPorts:
                     items.append(item("rtc", "created", rtc.id))
                     data_list.append(rtc_to_dict(rtc))
             self._publish(items, data_list)
+        layer.wait_sent()  # the RTC's bell goes out before the accounting takes the GIL
         self.settle()  # after the commit: the browser has the RTC, the answer is accounted
         return "" if rtc is None else str(rtc.id)
 
