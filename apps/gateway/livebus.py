@@ -7,9 +7,9 @@ consumers' queues overflowed and chunks were dropped (docs/performance.md).
 
 Here the worker encodes the whole Centrifuge push frame once and ``PUBLISH``es the text on the
 user's bus channel: no thread hop, no wait for the reply, sent in order from the worker's thread
-on that thread's own connection (``_Publisher``). Each
-web process holds one pub/sub connection (per event loop), subscribed to the bus channels of the
-users it has connections of, and forwards a frame's text unchanged to those connections.
+on that thread's own connection (``_Publisher``). Each web process holds one pub/sub connection
+(per event loop), subscribed to the bus channels of the users it has connections of, and
+forwards a frame's text unchanged to those connections.
 
 Invariants:
 
