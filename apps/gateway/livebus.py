@@ -73,7 +73,8 @@ class _Publisher:
             try:
                 if self.unread >= self.MAX_UNREAD:
                     self._read_replies()
-                conn.send_packed_command([_packed_publish(channel, frame)], check_health=False)
+                conn.send_packed_command(conn.pack_command("PUBLISH", channel, frame),
+                                         check_health=False)
                 self.unread += 1
                 return
             except (redis.ConnectionError, redis.TimeoutError, OSError):
@@ -112,12 +113,6 @@ def _publisher() -> _Publisher:
         found = _local.publisher = _Publisher()
     return found
 
-
-def _packed_publish(channel: str, body: bytes) -> bytes:
-    """``PUBLISH channel body`` in RESP, the protocol's array of bulk strings."""
-    name = channel.encode()
-    return b"*3\r\n$7\r\nPUBLISH\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n" % (
-        len(name), name, len(body), body)
 
 
 class Receiver(Protocol):

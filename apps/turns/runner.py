@@ -146,8 +146,8 @@ class DjangoTurnPorts:
         self._unbilled: Callable[[], None] | None = None  # see settle
         self._resuming = False  # see begin
         self._turn_offset: int | None = None  # the next message's turn_offset (see _new_message)
-        self._rtc_count: int | None = None  # the turn's RTCs, when this run knows (began_here)
         self._fresh = False  # see began_here
+        self._rtc_count = 0  # the turn's RTCs so far, when ``_fresh``
         self.tid = str(turn.id)
         self.user_id = turn.user_id
         self._streams: dict[tuple[int, str], Message] = {}
@@ -233,7 +233,6 @@ class DjangoTurnPorts:
         is written at most once in a run; a run that loses its hold ends at its next check."""
         self._fresh = True
         self._turn_offset = messages
-        self._rtc_count = 0
 
     # --- messages ---------------------------------------------------------------------------
 
@@ -523,7 +522,7 @@ class DjangoTurnPorts:
                         tool_call_id=call["id"],
                         tool_name=call["name"],
                         parameters=arguments,
-                        offset=(self._rtc_count if self._rtc_count is not None
+                        offset=(self._rtc_count if self._fresh
                                 else Rtc.objects.filter(turn_id=self.turn.id).count()),
                         message=input_msg,
                         status=RtcStatus.PENDING,
@@ -532,8 +531,7 @@ class DjangoTurnPorts:
                         ),
                         deadline=timezone.now() + rtc_tools.deadline_for(call["name"]),
                     )
-                    if self._rtc_count is not None:
-                        self._rtc_count += 1
+                    self._rtc_count += 1
                     items.append(item("rtc", "created", rtc.id))
                     data_list.append(rtc_to_dict(rtc))
             self._publish(items, data_list)
