@@ -174,7 +174,12 @@ class Message(models.Model):
                 name="message_user_client_id",
             ),
         ]
-        indexes = [models.Index(fields=["turn", "turn_offset"], name="message_turn_offset")]
+        indexes = [
+            models.Index(fields=["turn", "turn_offset"], name="message_turn_offset"),
+            # the latest summary of a session, where a prompt starts (``conversation.load``)
+            models.Index(fields=["session", "global_offset"], name="message_summary",
+                         condition=Q(content__type="summary")),
+        ]
 
     def __str__(self) -> str:
         return f"{self.session_id}#{self.global_offset} {self.role}"

@@ -24,8 +24,12 @@ Invariants:
 from __future__ import annotations
 
 import re
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
+
+from django.db import connection
+from django.db.models import F, Q, QuerySet
 
 from apps.attachments.prompt import user_content
 from apps.attachments.services import attachments_for_conversation, files_of, image_data_url
@@ -70,35 +74,35 @@ class Conversation:
 
 
 def load(
-    session: Session, turn: Turn | None = None, *, turn_steps: int = 0
+    session: Session, turn: Turn | None = None, *, turn_steps: int = 0, whole: bool = False
 ) -> Conversation:
     """The conversation before ``turn`` (with its trigger message), or the whole session.
 
     ``turn_steps`` adds the turn's first ``turn_steps`` answers (complete pairs only): what
     the turn's next model call continues from. A later answer may have left a partial text
     behind (a crash mid-stream); it is not part of the conversation until the engine has
-    finished it."""
-    rows = list(Message.objects.filter(session_id=session.id, deleted_at__isnull=True))
-    starts = dict(
-        Turn.objects.filter(session_id=session.id)
-        .exclude(trigger_message=None)
-        .values_list("id", "trigger_message__global_offset")
-    )
+    finished it.
+
+    After a compaction only the latest summary and what it keeps are read (``_rows``), so a
+    model call costs the same however long the session was before its summary. ``whole``
+    reads every message (the same conversation; tests compare the two)."""
+    rows = list(_rows(session.id, whole=whole))
 
     def key(m: Message) -> tuple[int, int, int]:
         # the offset last: a live call's turn takes in the inputs it answers, which share the
         # trigger's place in it (``apps.live.services.take_in_earlier_inputs``)
-        return (starts.get(m.turn_id, m.global_offset), m.turn_offset if m.turn_id else 0,
-                m.global_offset)
+        start = m.start_at if m.start_at is not None else m.global_offset
+        return (start, m.turn_offset if m.turn_id else 0, m.global_offset)
 
     trigger = None
     if turn is not None and turn.trigger_message_id is not None:
         # read with the rows (not a query of its own), and kept on the turn for its other readers
         trigger = next((m for m in rows if m.id == turn.trigger_message_id), None)
+        if trigger is None:  # deleted, or before the summary: the reference still orders
+            trigger = (Message.objects.filter(pk=turn.trigger_message_id)
+                       .annotate(start_at=_START_AT).first())
         if trigger is not None:
             turn.trigger_message = trigger
-        else:  # deleted: as before, the reference still orders the conversation
-            trigger = turn.trigger_message
     summaries = sorted(
         (m for m in rows if m.content.get("type") == ContentType.SUMMARY),
         key=lambda m: m.global_offset,
@@ -120,6 +124,64 @@ def load(
     blocks = _summary_blocks(summary) if summary is not None else []
     blocks += _blocks(chosen)
     return Conversation(blocks=blocks, summary=summary)
+
+
+# a message's place: the offset of its turn's trigger (None outside a turn, or without one)
+_START_AT = F("turn__trigger_message__global_offset")
+
+
+def _rows(session_id: Any, *, whole: bool = False) -> QuerySet[Message]:
+    """The session's messages not deleted, each with ``start_at``. Unless ``whole``, after a
+    compaction only the latest summary and the messages placed at or after the first message it
+    keeps (by their own offset, or by their turn's trigger, which can come after them: the
+    inputs a live call took in). Without a summary, or when its kept tail starts at no message
+    of the session, every row is read, as ``load`` then keeps them all."""
+    rows = (Message.objects.filter(session_id=session_id, deleted_at__isnull=True)
+            .annotate(start_at=_START_AT))
+    found = None if whole else _latest_summary(session_id)
+    if found is None:
+        return rows
+    summary_id, since = found
+    later_turns = Turn.objects.filter(session_id=session_id,
+                                      trigger_message__global_offset__gte=since)
+    return rows.filter(Q(global_offset__gte=since) | Q(turn__in=later_turns) | Q(pk=summary_id))
+
+
+# PostgreSQL: ``message_summary``'s condition as its schema editor writes it (the planner uses
+# a partial index only for a query that states its condition). SQLite's schema editor writes a
+# condition that differs from process to process (an ``IN`` list built from a set), so there
+# the lookup walks the session's offset index backwards to its latest summary instead.
+_IS_SUMMARY = {
+    "postgresql": """("content" -> 'type') = '"summary"'::jsonb""",
+    "sqlite": """JSON_EXTRACT("content", '$.type') = 'summary'""",
+}
+
+
+def _latest_summary(session_id: Any) -> tuple[uuid.UUID, int] | None:
+    """The id of the session's latest summary and the place of the first message it keeps;
+    None without one, or when that message is not a row of the session.
+
+    Written as SQL: it runs before every model call, and the ORM took 0.6 ms of CPU to build
+    it against 0.1 ms for the whole statement written out."""
+    message, turn = Message._meta.db_table, Turn._meta.db_table
+    # table names from the models and a fixed condition: nothing of the caller's in the text
+    sql = f"""
+        SELECT s.id, CASE WHEN p.session_id = s.session_id AND p.deleted_at IS NULL
+                          THEN COALESCE(tm.global_offset, p.global_offset) END
+        FROM (SELECT id, session_id, parent_message_id FROM {message}
+              WHERE session_id = %s AND deleted_at IS NULL AND {_IS_SUMMARY[connection.vendor]}
+              ORDER BY global_offset DESC LIMIT 1) s
+        LEFT JOIN {message} p ON p.id = s.parent_message_id
+        LEFT JOIN {turn} pt ON pt.id = p.turn_id
+        LEFT JOIN {message} tm ON tm.id = pt.trigger_message_id
+    """  # noqa: S608
+    key = Message._meta.get_field("session").get_db_prep_value(session_id, connection)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [key])
+        row = cursor.fetchone()
+    if row is None or row[1] is None:
+        return None
+    return uuid.UUID(str(row[0])), int(row[1])
 
 
 def conversation_for(session: Session, turn: Turn | None = None) -> list[dict[str, Any]]:
