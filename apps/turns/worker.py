@@ -91,6 +91,7 @@ class Worker:
         self._lock = threading.Lock()
         self._pruned_at = 0.0
         self.items_done = 0  # for the heartbeat (the system page)
+        self.claims = 0  # sessions taken by turn threads so far (idle work gives way to them)
         self.holding: dict[int, str] = {}  # turn thread -> the session it holds
 
     @property
@@ -203,10 +204,14 @@ class Worker:
         from apps.memory import extraction
 
         waiting = extraction.SessionsWaiting()
+        claims = self.claims
+        # A turn thread that took a session since the extraction began: a turn quicker than
+        # the gap between two polls (the stream's chunks) has come and gone, but the
+        # extraction still gives way, and runs again after it with that turn's messages.
         return extraction.run_next(
             self.llm_factory,
             should_yield=lambda: (self.stopping.is_set() or self.idle_threads() < self.turns
-                                  or waiting()),
+                                  or self.claims != claims or waiting()),
         )
 
     def heartbeat(self) -> dict[str, Any]:
@@ -233,6 +238,7 @@ class Worker:
         me = threading.get_ident()
         with self._lock:
             self.holding[me] = hold.session_id
+            self.claims += 1
         try:
             for _ in range(self.max_items):
                 work = hold.take()
