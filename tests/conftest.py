@@ -71,24 +71,31 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(scope="session")
-def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> None:
+def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> Iterator[None]:
     """pytest-django's test database, on PostgreSQL with ``synchronous_commit`` off for every
     session (the test process's, and its servers' and workers' when they connect): a commit
     then returns without waiting for its WAL flush, a few milliseconds each on a busy disk, over
     tens of thousands of commits a run. Readers see the same data at the same moment; only a
     crash of the PostgreSQL server could lose the last commits, and the tests that crash one
-    run their own cluster (``tests/reliability/pgcluster.py``)."""
-    from django.db import DatabaseError, connection
+    run their own cluster (``tests/reliability/pgcluster.py``).
 
-    if connection.vendor != "postgresql":
-        return
-    name = connection.ops.quote_name(connection.settings_dict["NAME"])
-    with django_db_blocker.unblock(), connection.cursor() as cursor:
-        try:
-            cursor.execute(f"ALTER DATABASE {name} SET synchronous_commit = off")
-            cursor.execute("SET synchronous_commit = off")
-        except DatabaseError:  # not the database's owner: commits wait for the disk, as before
-            pass
+    At the end, the connection of asgiref's one sync thread (async tests' ``sync_to_async``
+    calls: ``make_user``, the test client) is closed: it outlives the tests (connections are
+    persistent), and PostgreSQL refuses to drop a database someone is connected to, which
+    cost each xdist process a 16-second wait and a warning."""
+    from asgiref.sync import SyncToAsync
+    from django.db import DatabaseError, connection, connections
+
+    if connection.vendor == "postgresql":
+        name = connection.ops.quote_name(connection.settings_dict["NAME"])
+        with django_db_blocker.unblock(), connection.cursor() as cursor:
+            try:
+                cursor.execute(f"ALTER DATABASE {name} SET synchronous_commit = off")
+                cursor.execute("SET synchronous_commit = off")
+            except DatabaseError:  # not the database's owner: commits wait for the disk
+                pass
+    yield
+    SyncToAsync.single_thread_executor.submit(connections.close_all).result(timeout=30)
 
 
 @pytest.fixture(autouse=True, scope="session")
