@@ -79,6 +79,11 @@ class Builder:
             {"title": "Summary", "content": f"up to {self.offset}"}]}, parent_message=keep_from)
 
 
+def _read(session_id: Any) -> list[Message]:
+    """The rows ``load`` reads (not the whole session, after a compaction)."""
+    return list(conversation._rows(session_id, conversation._latest_summary(session_id)))
+
+
 def _shape(conv: conversation.Conversation) -> tuple[Any, ...]:
     return (conv.summary.id if conv.summary else None,
             [(b.kind, b.anchor, b.messages) for b in conv.blocks])
@@ -88,8 +93,11 @@ turn_plans = st.lists(st.tuples(
     st.integers(0, 2),  # live inputs sent before the trigger and taken into the turn
     st.integers(0, 2),  # messages sent while the turn ran (before its answers)
     st.lists(st.tuples(st.booleans(), st.integers(0, 2)), min_size=1, max_size=3),  # answers
-    st.integers(0, 3),  # summaries after this turn: 0 none, 1 kept tail in the session,
-    #                     2 kept tail deleted, 3 kept tail in another session (a fork)
+    st.integers(0, 5),  # summaries after this turn: 0 none, 1 kept tail in the session,
+    #                     2 kept tail deleted, 3 kept tail in another session (a fork),
+    #                     4 no kept tail, 5 kept tail at an earlier summary
+    st.integers(0, 5),  # the trigger: 0 soft-deleted afterwards, 1 removed (the turn keeps
+    #                     none), 2 a turn created without one, else kept
 ), min_size=1, max_size=6)
 
 
@@ -104,10 +112,18 @@ def test_the_reduced_read_gives_the_conversation_of_the_whole_read(
     other.offset = 10_000  # a place no message of the drawn session reaches
     elsewhere = other.user_message("in another session")
     b = Builder(user)
-    for inputs, during, answers, summary in plan:
+    for inputs, during, answers, summary, trigger in plan:
         taken = [b.user_message(f"live {i}", client_id=f"live:{next(_names)}")
                  for i in range(inputs)]
-        turn = b.turn(b.user_message("question"), taken)
+        question = b.user_message("question")
+        turn = b.turn(question, taken)
+        if trigger == 0:
+            Message.objects.filter(pk=question.pk).update(deleted_at=timezone.now())
+        elif trigger == 1:
+            b.messages.remove(question)
+            Message.objects.filter(pk=question.pk).delete()  # the turn's reference goes NULL
+        elif trigger == 2:
+            Turn.objects.filter(pk=turn.pk).update(trigger_message=None)
         for i in range(during):
             b.user_message(f"meanwhile {i}")
         for step, (text, calls) in enumerate(answers, start=1):
@@ -120,6 +136,11 @@ def test_the_reduced_read_gives_the_conversation_of_the_whole_read(
             Message.objects.filter(pk=start.pk).update(deleted_at=timezone.now())
         elif summary == 3:
             b.summary(elsewhere)
+        elif summary == 4:
+            b.summary(None)
+        elif summary == 5:
+            earlier = [m for m in b.messages if m.content["type"] == ContentType.SUMMARY]
+            b.summary(earlier[-1] if earlier else None)
     for msg in pick.sample(b.messages, min(deletions, len(b.messages))):
         Message.objects.filter(pk=msg.pk).update(deleted_at=timezone.now())
 
@@ -147,7 +168,7 @@ def test_after_a_summary_only_its_tail_and_what_followed_are_read(make_user: Any
     turn = b.turn(b.user_message("after the summary"), [late_input])
     b.answer(turn, 1, text=True, calls=0)
 
-    read = list(conversation._rows(b.session.id))
+    read = _read(b.session.id)
     assert [m.pk for m in read if m.global_offset < kept.global_offset] == [late_input.pk]
     assert len(read) == 1 + 4 + 1 + 2  # the late input, the kept turn, the summary, the last
     conv = conversation.load(b.session)
@@ -163,11 +184,11 @@ def test_without_a_usable_summary_every_message_is_read(make_user: Any) -> None:
     for i in range(5):
         turn = b.turn(b.user_message(f"question {i}"), [])
         b.answer(turn, 1, text=True, calls=0)
-    assert len(list(conversation._rows(b.session.id))) == 10
+    assert len(_read(b.session.id)) == 10
     start = b.messages[6]
     b.summary(start)  # its tail start is deleted: the summary keeps every message it sees
     Message.objects.filter(pk=start.pk).update(deleted_at=timezone.now())
-    assert len(list(conversation._rows(b.session.id))) == 10
+    assert len(_read(b.session.id)) == 10
     conv = conversation.load(b.session)
     assert conv.summary is not None
     assert [blk.kind for blk in conv.blocks].count("user") == 4  # all but the deleted one
@@ -181,3 +202,24 @@ def test_the_summary_lookup_repeats_the_partial_index_condition() -> None:
     index = next(i for i in Message._meta.indexes if i.name == "message_summary")
     created = str(index.create_sql(Message, connection.schema_editor()))
     assert f"WHERE {conversation._IS_SUMMARY[connection.vendor]}" in created
+
+
+def test_a_summary_deleted_between_the_two_reads_falls_back_to_every_message(
+    make_user: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The summary lookup and the rows are two statements: when the kept tail's first message
+    is deleted in between, ``load`` reads every message, as it would have from the start."""
+    b = Builder(make_user())
+    for i in range(6):
+        turn = b.turn(b.user_message(f"question {i}"), [])
+        b.answer(turn, 1, text=True, calls=1)
+    start = b.messages[-4]
+    b.summary(start)
+    found = conversation._latest_summary(b.session.id)
+    assert found is not None and found.start_id == start.id
+    Message.objects.filter(pk=start.pk).update(deleted_at=timezone.now())
+    monkeypatch.setattr(conversation, "_latest_summary", lambda session_id: found)
+    stale = conversation.load(b.session)
+    monkeypatch.undo()
+    assert _shape(stale) == _shape(conversation.load(b.session, whole=True))
+    assert [blk.kind for blk in stale.blocks].count("user") == 5  # all but the deleted one
