@@ -4,6 +4,7 @@ from typing import Any
 
 from django.contrib import admin, messages
 from django.contrib.auth.admin import UserAdmin as BaseUserAdmin
+from django.db import models
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
@@ -63,9 +64,14 @@ class UserAdmin(BaseUserAdmin):
 
 # --- token exchange: trusted issuers, identities, devices, clients --------------------------
 
+# An address typed without a scheme is https (the endpoints must be, localhost aside), not
+# Django 5's http default, which Django 6 changes.
+HTTPS_URLS = {models.URLField: {"assume_scheme": "https"}}
+
 
 @admin.register(TrustedIssuer)
 class TrustedIssuerAdmin(admin.ModelAdmin):
+    formfield_overrides = HTTPS_URLS
     list_display = ("issuer", "jwks_uri", "enabled", "merge_by_email", "max_token_minutes")
     list_filter = ("enabled",)
     search_fields = ("issuer",)
@@ -94,6 +100,7 @@ class DeviceAdmin(admin.ModelAdmin):
 
 @admin.register(OAuthClient)
 class OAuthClientAdmin(admin.ModelAdmin):
+    formfield_overrides = HTTPS_URLS
     list_display = ("name", "client_id", "public", "auth_method", "is_active", "created_at")
     readonly_fields = ("client_id", "auth_method")
     fields = ("name", "client_id", "public", "auth_method", "jwks_uri", "jwks", "grants",
