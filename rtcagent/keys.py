@@ -7,6 +7,24 @@ from __future__ import annotations
 
 PREFIX = "rtc"
 
+_scopes: dict[str, str] = {}
+
+
+def pubsub_scope() -> str:
+    """``db<n>`` of ``REDIS_URL``: keys live in one database, but pub/sub channels are the whole
+    server's, so two deployments (or test processes) on one server with different databases
+    would hear each other's channels (the same user ids: another user's chunks and bells).
+    Every pub/sub channel name carries the database."""
+    from django.conf import settings
+
+    url = settings.REDIS_URL
+    found = _scopes.get(url)
+    if found is None:
+        from redis.connection import parse_url
+
+        found = _scopes[url] = f"db{int(parse_url(url).get('db') or 0)}"
+    return found
+
 
 def topic_channel(user_id: int) -> str:
     """Centrifuge channel of a user's durable Update stream."""
@@ -22,12 +40,7 @@ def live_bus(user_id: int) -> str:
     """Redis pub/sub channel of a user's live frames (LLM chunks, pre-encoded): the worker
     publishes, every web process with a socket of that user subscribes
     (``apps.gateway.livebus``)."""
-    return f"{PREFIX}:live:{{{user_id}}}"
-
-
-def topic_group(user_id: int) -> str:
-    """Channel-layer group that rings the bell for a user's topic publications."""
-    return f"topic.u.{user_id}"
+    return f"{PREFIX}:{pubsub_scope()}:live:{{{user_id}}}"
 
 
 def live_group(user_id: int) -> str:
@@ -102,4 +115,4 @@ def memory_job_lock(session_id: object) -> str:
 def live_interrupts() -> str:
     """Redis pub/sub channel on which a live call's input asks the worker streaming that call's
     turn to drop the stream now (``apps.live.interrupts``): the message is the turn id."""
-    return f"{PREFIX}:live:interrupts"
+    return f"{PREFIX}:{pubsub_scope()}:live:interrupts"

@@ -11,15 +11,13 @@ Sends from synchronous code (services, the worker):
 
 ``async_to_sync(layer.group_send)`` would start a new event loop per call, and channels-redis
 keeps its connection pools per loop, so every send would open fresh Redis connections (about
-5 ms each, on the streaming hot path). Instead one daemon thread per process runs one loop for
-all sync-side sends. A send does not wait for Redis (about 1 ms through the loop, twice on the
-way to a turn's first model request): it is queued behind the earlier sends of the same calling
-thread, so those still reach Redis in order. Its failure is logged; at most ``MAX_QUEUED`` sends
-wait (beyond that, while Redis hangs, new ones are dropped and logged). What goes through here
-is a bell (a topic's offset, a disconnect): best effort, which the receivers' own polling backs
-up; a send may carry follow-up Redis work (``then``: the topic's pending offset settled after
-its bell) that runs in the same order. ``flush`` waits for the queued ones (a worker that stops,
-and any process at its normal exit).
+5 ms each). Instead one daemon thread per process runs one loop for all sync-side sends. A send
+does not wait for Redis: it is queued behind the earlier sends of the same calling thread, so
+those still reach Redis in order. Its failure is logged; at most ``MAX_QUEUED`` sends wait
+(beyond that, while Redis hangs, new ones are dropped and logged). What goes through here is a
+control message to a user's connections (a disconnect): best effort. The topic's bells and the
+live frames do not come this way (``apps.gateway.livebus``). ``flush`` waits for the queued
+ones (a worker that stops, and any process at its normal exit).
 """
 
 from __future__ import annotations
@@ -29,7 +27,6 @@ import atexit
 import contextlib
 import logging
 import threading
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from channels.layers import get_channel_layer
@@ -71,10 +68,9 @@ _queued = 0  # sends not finished yet (under ``_lock``)
 
 
 async def _chained(key: int, group: str, message: dict[str, Any], limit: float,
-                   waited: bool, then: Callable[[], Awaitable[Any]] | None) -> None:
-    """On the loop: send after the calling thread's previous send has finished, then run
-    ``then`` (whatever the send's outcome); a failure is logged here unless the caller waits
-    for it (it is raised to that caller)."""
+                   waited: bool) -> None:
+    """On the loop: send after the calling thread's previous send has finished; a failure is
+    logged here unless the caller waits for it (it is raised to that caller)."""
     prev = _tails.get(key)
     me = asyncio.current_task()
     assert me is not None
@@ -89,15 +85,8 @@ async def _chained(key: int, group: str, message: dict[str, Any], limit: float,
             log.error("channel-layer send to %s failed: %r", group, exc)
         raise
     finally:
-        try:
-            if then is not None:
-                async with asyncio.timeout(limit):
-                    await then()
-        except Exception as exc:
-            log.error("the step after the send to %s failed: %r", group, exc)
-        finally:
-            if _tails.get(key) is me:
-                del _tails[key]
+        if _tails.get(key) is me:
+            del _tails[key]
 
 
 def _done(_future: Any) -> None:
@@ -107,11 +96,9 @@ def _done(_future: Any) -> None:
 
 
 def group_send(group: str, message: dict[str, Any], *, wait: bool = False,
-               timeout: float = 5.0, then: Callable[[], Awaitable[Any]] | None = None) -> None:
+               timeout: float = 5.0) -> None:
     """Send to a channel-layer group from sync code, in order with the calling thread's other
-    sends; ``wait``: until it was handed to Redis (raising its error). ``then``: a coroutine
-    function the loop runs after the send, before the thread's next one (its failure is
-    logged): follow-up Redis work the caller need not wait for."""
+    sends; ``wait``: until it was handed to Redis (raising its error)."""
     global _queued
     with _lock:
         if _queued >= MAX_QUEUED and not wait:
@@ -119,30 +106,11 @@ def group_send(group: str, message: dict[str, Any], *, wait: bool = False,
             return
         _queued += 1
     future = asyncio.run_coroutine_threadsafe(
-        _chained(threading.get_ident(), group, message, timeout, wait, then), _background_loop()
+        _chained(threading.get_ident(), group, message, timeout, wait), _background_loop()
     )
     future.add_done_callback(_done)
     if wait:
         future.result(timeout * 2)
-
-
-def wait_sent(timeout: float = 2.0) -> None:
-    """Wait (at most ``timeout`` seconds) until the calling thread's queued sends are done.
-
-    For a bell someone is waiting for (a tool call's RTC: the browser runs it when it hears):
-    while this thread waits, the loop thread has the interpreter to itself, where work that
-    follows on this thread (the answer's accounting) would keep it waiting for the GIL."""
-    loop, key = _loop, threading.get_ident()
-    if loop is None or loop.is_closed():
-        return
-
-    async def mine() -> None:
-        task = _tails.get(key)
-        if task is not None:
-            await asyncio.wait({task}, timeout=timeout)
-
-    with contextlib.suppress(Exception):
-        asyncio.run_coroutine_threadsafe(mine(), loop).result(timeout + 1)
 
 
 def flush(timeout: float = 2.0) -> None:

@@ -46,11 +46,17 @@ def test_check_deploy_is_clean_under_production_settings(settings) -> None:
     assert "System check identified no issues" in result.stdout
 
 
-def test_channel_and_key_names_are_pinned() -> None:
+def test_channel_and_key_names_are_pinned(settings) -> None:
     assert keys.topic_channel(7) == "topic:u=7"
     assert keys.live_channel(7) == "live:u=7"
-    assert keys.live_bus(7) == "rtc:live:{7}"
-    assert keys.topic_group(7) == "topic.u.7"
+    # pub/sub is the whole server's, not a database's: the database is in the name
+    settings.REDIS_URL = "redis://127.0.0.1:6379/5"
+    assert keys.live_bus(7) == "rtc:db5:live:{7}"
+    assert keys.live_interrupts() == "rtc:db5:live:interrupts"
+    settings.REDIS_URL = "unix:///var/run/valkey.sock?db=3"
+    assert keys.live_bus(7) == "rtc:db3:live:{7}"
+    settings.REDIS_URL = "redis://127.0.0.1:6379"
+    assert keys.live_bus(7) == "rtc:db0:live:{7}"
     assert keys.live_group(7) == "live.u.7"
     assert keys.topic_epoch(7) == "rtc:topic:{7}:epoch"
     assert keys.topic_offset(7) == "rtc:topic:{7}:offset"

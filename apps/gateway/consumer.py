@@ -271,11 +271,14 @@ class GatewayConsumer(AsyncWebsocketConsumer):
             if task is not None and task is not current:
                 task.cancel()
         ticks.ticker().discard(self)
+        await self._leave_bus()
+        await self._leave_groups()
+
+    async def _leave_bus(self) -> None:
         if self.live_joined is not None:
             uid, self.live_joined = self.live_joined, None
             with contextlib.suppress(Exception):
                 await livebus.bus().leave(uid, self)
-        await self._leave_groups()
 
     async def _leave_groups(self) -> None:
         groups, self.groups_joined = self.groups_joined, []
@@ -357,7 +360,9 @@ class GatewayConsumer(AsyncWebsocketConsumer):
                 await self.disconnect_with(P.DISCONNECT_SERVER_ERROR)
                 return
             await self._leave_groups()
+            await self._leave_bus()
             self.identity = None
+            self.pre_connect = []  # what the bus delivered meanwhile is the next connect's
             await self.send_objs(
                 P.error(cmd.id, P.ERR_INTERNAL, "internal server error", temporary=True)
             )
@@ -374,9 +379,12 @@ class GatewayConsumer(AsyncWebsocketConsumer):
             await self.disconnect_with(P.DISCONNECT_INVALID_TOKEN)
             return
         uid = identity.user_id
-        # The groups before the position is read, so that no bell rung after it is missed.
-        groups = [keys.topic_group(uid), keys.live_group(uid), keys.user_group(uid)]
-        self.groups_joined = groups  # left on any failure or close from here on
+        # The bus (topic bells, live frames) before the position is read, so that no bell rung
+        # after it is missed; what arrives before the reply waits in ``pre_connect``.
+        self.live_joined = uid  # left on any failure or close from here on
+        await livebus.bus().join(uid, self)
+        groups = [keys.live_group(uid), keys.user_group(uid)]
+        self.groups_joined = groups  # likewise
         join = sync_joiner(self.channel_layer, groups, self.channel_name)
         if join is None:
             await group_add_many(self.channel_layer, groups, self.channel_name)
@@ -385,8 +393,9 @@ class GatewayConsumer(AsyncWebsocketConsumer):
         if not self.closed:
             start = await db_hop(connect_state)(identity, subs.get(topic), join)
         if self.closed:  # the socket went away meanwhile: its cleanup may have run before the
-            self.groups_joined = groups  # joins landed, so leave them (again) now
+            self.groups_joined, self.live_joined = groups, uid  # joins landed: leave them again
             await self._leave_groups()
+            await self._leave_bus()
             return
         if start is None:
             await self.disconnect_with(P.DISCONNECT_INVALID_TOKEN)
@@ -410,8 +419,6 @@ class GatewayConsumer(AsyncWebsocketConsumer):
         self.acked_bytes = self.sent_bytes
         if not self.closed:
             ticks.ticker().add(self)
-            self.live_joined = uid
-            await livebus.bus().join(uid, self)
         buffered, self.pre_connect = self.pre_connect or [], None
         for event in buffered:
             await self._on_group_event(event)
@@ -493,8 +500,9 @@ class GatewayConsumer(AsyncWebsocketConsumer):
 
     # --- topic and live delivery --------------------------------------------------------------
 
-    async def topic_publication(self, event: dict[str, Any]) -> None:
-        await self._on_group_event(event)
+    async def topic_bell(self, event: dict[str, Any]) -> None:
+        """A topic publication's bell from the live bus (``livebus.ring_bell``)."""
+        await self._on_group_event({"type": "topic.publication", **event})
 
     async def live_publication(self, event: dict[str, Any]) -> None:
         await self._on_group_event(event)

@@ -1,4 +1,5 @@
-"""The fast path of ``live:u=<id>`` (LLM chunks): Redis pub/sub, not the channel layer.
+"""The fast path of ``live:u=<id>`` (LLM chunks) and of the topic's bells: Redis pub/sub, not
+the channel layer.
 
 Through the channel layer a chunk cost the worker a blocking ``group_send`` (a hop to the layer's
 loop thread, then several Redis round trips: the group's members, one queue push per connection)
@@ -11,11 +12,25 @@ on that thread's own connection (``_Publisher``). Each web process holds one pub
 (per event loop), subscribed to the bus channels of the users it has connections of, and
 forwards a frame's text unchanged to those connections.
 
+A topic publication's *bell* (``ring_bell``: the Update itself with its epoch and offset, after
+its row committed) goes the same way, marked with ``BELL`` before its JSON, and the web process
+hands it to the connection's topic delivery (``Receiver.topic_bell``), which keeps the offsets
+in order and repairs holes from the database. The bell and the offset's settle (its ``ZREM``
+from the pending set) are one ``MULTI``/``EXEC``: no client can see the watermark past an
+offset whose bell has not been published yet, nor the bell before the settle. Through the
+channel layer a bell cost the sending process about 0.4 ms of CPU and a hop to the layer's
+loop thread (docs/performance.md); a ``PUBLISH`` on the thread's own connection about 10 µs.
+
 Invariants:
 
 * At most once, like the channel layer: nobody subscribed means the frame is gone; the final
-  text of every message always follows as a topic Update.
-* In order per user: one publisher thread per turn, one subscriber connection per process.
+  text of every message always follows as a topic Update, and a lost bell is made good by the
+  connection's watermark poll (``apps.gateway.consumer``).
+* In order per user: one publisher thread per turn, one subscriber connection per process; a
+  turn's chunks and its Updates' bells leave on the same connection, so they arrive in the
+  order they were sent.
+* A connection subscribes before it reads its topic position, so no bell rung after that
+  read is missed.
 * A lost pub/sub connection (Redis restarted) is reopened and every channel subscribed again
   (redis-py's ``on_connect``); frames published meanwhile are lost, as the contract allows.
 """
@@ -43,11 +58,31 @@ def bus_channel(user_id: int) -> str:
     return keys.live_bus(user_id)
 
 
+BELL = b"~"  # a topic bell's frame starts with it; a live frame is a JSON object ("{")
+
+
 def publish(user_id: int, data: dict[str, Any]) -> None:
     """Send ``data`` to the user's open connections (their ``live:u=<id>``): one ``PUBLISH`` on
     the calling thread's own connection, whose reply is read later (``_Publisher``)."""
     frame = orjson.dumps(P.publication_push(keys.live_channel(user_id), data))  # P.encode, as bytes
-    _publisher().publish(bus_channel(user_id), frame)
+    _publisher().send([("PUBLISH", bus_channel(user_id), frame)])
+
+
+def ring_bell(user_id: int, *, epoch: str, offset: int, data: Any) -> None:
+    """Tell the user's connections that topic ``offset`` (of ``epoch``) committed, with its
+    publication ``data``, and settle the offset (drop it from the pending set), atomically:
+    ``MULTI``, ``PUBLISH``, ``ZREM``, ``EXEC`` on the calling thread's own connection, the
+    replies read later. Raises only when Redis cannot be reached."""
+    frame = BELL + orjson.dumps({"epoch": epoch, "offset": offset, "data": data})
+    _publisher().send([("MULTI",), ("PUBLISH", bus_channel(user_id), frame),
+                       ("ZREM", keys.topic_pending(user_id), offset), ("EXEC",)])
+
+
+def sync() -> None:
+    """Wait until Redis has run what the calling thread sent (reads the replies)."""
+    found = getattr(_local, "publisher", None)
+    if found is not None and found.conn is not None:
+        found._read_replies()
 
 
 class _Publisher:
@@ -67,15 +102,15 @@ class _Publisher:
         self.conn: Any = None
         self.unread = 0
 
-    def publish(self, channel: str, frame: bytes) -> None:
+    def send(self, commands: list[tuple[Any, ...]]) -> None:
+        """Write ``commands`` in one packet; their replies are read later."""
         for attempt in (1, 2):  # a connection the server closed while idle: once more, anew
             conn = self._connection()
             try:
                 if self.unread >= self.MAX_UNREAD:
                     self._read_replies()
-                conn.send_packed_command(conn.pack_command("PUBLISH", channel, frame),
-                                         check_health=False)
-                self.unread += 1
+                conn.send_packed_command(conn.pack_commands(commands), check_health=False)
+                self.unread += len(commands)
                 return
             except (redis.ConnectionError, redis.TimeoutError, OSError):
                 self.close()
@@ -97,6 +132,9 @@ class _Publisher:
                 self.conn.read_response()
             except redis.ResponseError as exc:  # refused (NOPERM): that frame only
                 log.warning("live bus publication refused: %s", exc)
+            except (redis.ConnectionError, redis.TimeoutError, OSError):
+                self.close()  # the next command opens a new connection
+                return
 
     def close(self) -> None:
         conn, self.conn, self.unread = self.conn, None, 0
@@ -117,6 +155,8 @@ def _publisher() -> _Publisher:
 
 class Receiver(Protocol):
     async def send_live(self, text: str) -> None: ...
+
+    async def topic_bell(self, event: dict[str, Any]) -> None: ...
 
 
 class Bus:
@@ -175,15 +215,20 @@ class Bus:
                 continue
             if message is None or message.get("type") != "message":
                 continue
-            channel = message["channel"]
+            channel, data = message["channel"], message["data"]
             user_id = int(channel[channel.index("{") + 1 : channel.index("}")])
+            bell = orjson.loads(data[1:]) if data.startswith(_BELL_TEXT) else None
             for receiver in list(self.local.get(user_id, ())):
                 try:
-                    await receiver.send_live(message["data"])
+                    if bell is None:
+                        await receiver.send_live(data)
+                    else:
+                        await receiver.topic_bell(bell)
                 except Exception:  # one broken socket must not stop the others' frames
                     log.exception("live frame to a connection of user %s failed", user_id)
 
 
+_BELL_TEXT = BELL.decode()  # the subscriber's connection decodes what it reads
 _buses: dict[asyncio.AbstractEventLoop, Bus] = {}
 
 

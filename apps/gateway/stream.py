@@ -30,10 +30,11 @@ from typing import Any
 from django.db import connection, transaction
 from django.utils import timezone
 
-from rtcagent import keys, layer
+from rtcagent import keys
 from rtcagent.conf import rtc_setting
-from rtcagent.redis import get_redis, new_async_redis
+from rtcagent.redis import get_redis
 
+from . import livebus
 from .models import TopicEvent
 
 log = logging.getLogger(__name__)
@@ -164,28 +165,14 @@ def _insert_sql() -> tuple[str, list[Any]]:
 
 
 def ring(event: TopicEvent) -> None:
-    """After commit: tell the user's connections, then drop the offset from the pending set.
-
-    Both go through the layer's loop (``rtcagent.layer.group_send``), in that order, so the
-    committing thread does not wait for Redis: after a turn's start, for instance, the model
-    request goes out without a round trip for the settle. A settle that fails is harmless: the
-    gap filler finds the row and settles the offset."""
-    pending, offset = keys.topic_pending(event.user_id), event.offset
-
-    async def settle() -> None:
-        await new_async_redis().zrem(pending, offset)
-
+    """After commit: tell the user's connections (the bell, with the publication) and drop the
+    offset from the pending set, in one ``MULTI`` on the calling thread's own Redis connection
+    (``apps.gateway.livebus.ring_bell``), without waiting for the reply. A bell or settle that
+    fails is harmless: connections poll the watermark, and the gap filler finds the row and
+    settles the offset."""
     try:
-        layer.group_send(
-            keys.topic_group(event.user_id),
-            {
-                "type": "topic.publication",
-                "epoch": event.epoch,
-                "offset": event.offset,
-                "data": event.publication(),
-            },
-            then=settle,
-        )
+        livebus.ring_bell(event.user_id, epoch=event.epoch, offset=event.offset,
+                          data=event.publication())
     except Exception:  # the bell is best effort: connections also poll the watermark
         log.exception("topic bell failed for user %s offset %s", event.user_id, event.offset)
 

@@ -47,7 +47,6 @@ from apps.turns.models import TURN_TRANSITIONS, Turn, TurnStatus
 from apps.turns.profiles import ModelProfile, profile_for
 from apps.turns.serializers import turn_to_dict
 from apps.turns.services import turn_transition
-from rtcagent import layer
 from rtcagent.conf import rtc_setting
 from rtcagent.errors import InvalidState
 from rtcagent.redis import get_redis
@@ -122,7 +121,7 @@ class HoldLost(BaseException):
 
 
 class DjangoTurnPorts:
-    """The engine's ports for one turn, backed by the ORM, Redis and the channel layer."""
+    """The engine's ports for one turn, backed by the ORM and Redis."""
 
     def __init__(
         self, turn: Turn, llm: ChatModel, lost: Callable[[], bool] = lambda: False,
@@ -535,7 +534,6 @@ class DjangoTurnPorts:
                     items.append(item("rtc", "created", rtc.id))
                     data_list.append(rtc_to_dict(rtc))
             self._publish(items, data_list)
-        layer.wait_sent()  # the RTC's bell goes out before the accounting takes the GIL
         self.settle()  # after the commit: the browser has the RTC, the answer is accounted
         return "" if rtc is None else str(rtc.id)
 

@@ -154,7 +154,7 @@ class Worker:
         heartbeat.stop()
         scheduler.join(timeout=5)
         connection.close()
-        layer.flush()  # the bells of the last Updates (sent without waiting)
+        layer.flush()  # the last control messages (disconnects, sent without waiting)
         log.info("worker stopped")
 
     @staticmethod

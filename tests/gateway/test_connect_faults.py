@@ -90,22 +90,61 @@ async def test_connect_without_redis_is_a_temporary_error(
     assert reply["connect"]["data"]["user_id"] == user.id
 
 
+async def test_a_connect_whose_bus_subscription_fails_is_a_temporary_error(
+    make_user, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The live bus (topic bells, live frames) is subscribed before the position is read. When
+    that fails (Redis restarting under the web process), the connect is answered with a
+    temporary error, which clients retry, and nothing of the attempt stays subscribed; the
+    retry connects. In this process on the real Redis; only the subscription is made to fail
+    once."""
+    from channels.testing import WebsocketCommunicator
+
+    from apps.gateway import livebus
+    from rtcagent.asgi import application
+
+    real_join = livebus.Bus.join
+    calls = []
+
+    async def refused_once(self: livebus.Bus, user_id: int, receiver: object) -> None:
+        calls.append(user_id)
+        if len(calls) == 1:
+            raise redis.ConnectionError("Error 111 connecting to 127.0.0.1:6379.")
+        await real_join(self, user_id, receiver)
+
+    monkeypatch.setattr(livebus.Bus, "join", refused_once)
+    user = await sync_to_async(make_user)()
+    ws = WebsocketCommunicator(application, "/connection/websocket")
+    assert (await ws.connect())[0]
+    token = issue_access_token(user)
+    await ws.send_to(text_data=json.dumps({"id": 1, "connect": {"token": token}}))
+    reply = json.loads(await ws.receive_from(timeout=20))
+    assert reply == {"id": 1, "error": {"code": 100, "message": "internal server error",
+                                        "temporary": True}}
+    assert user.id not in livebus.bus().local
+    await ws.send_to(text_data=json.dumps({"id": 2, "connect": {"token": token}}))
+    reply = json.loads(await ws.receive_from(timeout=20))
+    assert reply["id"] == 2 and reply["connect"]["data"]["user_id"] == user.id
+    assert len(livebus.bus().local[user.id]) == 1
+    await ws.disconnect()
+
+
 async def test_a_connect_that_fails_after_its_reply_closes_for_a_reconnect(
     make_user, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The live bus subscription comes after the connect reply. When it fails (Redis restarting
-    under the web process), the client, which holds a successful reply, is closed with 3004, a
-    code clients reconnect on, instead of staying on a socket whose next command would be
-    refused with 3501, which clients take as final. The consumer runs in this process (channels'
-    communicator) on the real Redis and database; only the subscription is made to fail."""
-    from apps.gateway import livebus
+    """When a step after the connect reply fails, the client, which holds a successful reply,
+    is closed with 3004, a code clients reconnect on, instead of staying on a socket whose next
+    command would be refused with 3501, which clients take as final. In this process on the
+    real Redis and database; the ping schedule's registration is made to fail."""
+    from apps.gateway import ticks
 
-    async def refused(self: livebus.Bus, user_id: int, receiver: object) -> None:
-        raise redis.ConnectionError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+    def broken(self: object, consumer: object) -> None:
+        raise RuntimeError("the ping schedule is broken")
 
-    monkeypatch.setattr(livebus.Bus, "join", refused)
+    monkeypatch.setattr(type(ticks.ticker()), "add", broken)
     ws, _ = await _in_process_connect(make_user)
     await _closed_for_a_reconnect(ws)
+
 
 async def test_a_channel_layer_that_fails_under_a_connected_socket_closes_it_for_a_reconnect(
     make_user, monkeypatch: pytest.MonkeyPatch

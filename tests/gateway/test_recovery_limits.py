@@ -6,9 +6,8 @@ from __future__ import annotations
 import pytest
 from django.db import transaction
 
-from apps.gateway import recovery, stream
+from apps.gateway import livebus, recovery, stream
 from apps.gateway.events import item, publish_update
-from rtcagent import layer
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
@@ -18,7 +17,7 @@ def _publish(user_id: int, count: int, size: int) -> None:
         with transaction.atomic():
             publish_update(user_id=user_id, items=[item("message", "updated", i)],
                            data_list=[{"text": "x" * size}])
-    layer.flush(10)  # their offsets settled: the watermark is past them
+    livebus.sync()  # their offsets settled: the watermark is past them
 
 
 def test_a_recovery_larger_than_the_byte_cap_asks_the_client_to_reload(

@@ -8,10 +8,9 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
-from apps.gateway import recovery, stream
+from apps.gateway import livebus, recovery, stream
 from apps.gateway.events import item, publish_update
 from apps.gateway.models import TopicEvent
-from rtcagent import layer
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
@@ -20,7 +19,7 @@ def _publish(user_id: int, count: int) -> None:
     for i in range(count):
         with transaction.atomic():
             publish_update(user_id=user_id, items=[item("session", "updated", i)], data_list=[])
-    layer.flush(10)  # their offsets settled (after their bells, on the layer's loop)
+    livebus.sync()  # their offsets settled (with their bells)
 
 
 def test_prune_drops_old_rows_and_recovery_then_refuses(make_user) -> None:

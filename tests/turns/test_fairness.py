@@ -12,14 +12,13 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from apps.gateway import stream
+from apps.gateway import livebus, stream
 from apps.gateway.models import TopicEvent
 from apps.gateway.protocol import app_error
 from apps.sessions.models import Message, Session
 from apps.sessions.services import message_send, session_fork
 from apps.turns import queue
 from apps.turns.models import Turn
-from rtcagent import layer
 from rtcagent.errors import ClientIdConflict, RateLimited
 from rtcagent.redis import get_redis
 from tests.sessions.factories import call, make_message, make_rtc, make_session, make_turn
@@ -214,7 +213,7 @@ def _send(user: Any, n: int, *, session: Any = None, client_id: str | None = Non
 
 def _stored(user: Any) -> dict[str, Any]:
     """Everything a send may write for ``user``, to check that a refusal wrote nothing."""
-    layer.flush(10)  # earlier sends' offsets settled (after their bells, on the layer's loop)
+    livebus.sync()  # earlier sends' offsets settled (with their bells)
     return {
         "sessions": Session.objects.filter(user=user).count(),
         "messages": Message.objects.filter(user=user).count(),
