@@ -79,7 +79,8 @@ def ring_bell(user_id: int, *, epoch: str, offset: int, data: Any) -> None:
 
 
 def sync() -> None:
-    """Wait until Redis has run what the calling thread sent (reads the replies)."""
+    """Wait until Redis has run what the calling thread sent (reads the replies). A thread that
+    ends calls it: a socket closed with unread replies is reset, not closed."""
     found = getattr(_local, "publisher", None)
     if found is not None and found.conn is not None:
         found._read_replies()

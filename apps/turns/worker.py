@@ -38,7 +38,7 @@ from django.utils import timezone
 
 from apps.accounts.services import tokens_purge
 from apps.attachments.services import attachments_purge_deleted
-from apps.gateway import stream
+from apps.gateway import livebus, stream
 from apps.gateway.events import item
 from apps.live.ports import ports_for
 from apps.live.services import input_skipped, take_in_earlier_inputs
@@ -155,6 +155,7 @@ class Worker:
         scheduler.join(timeout=5)
         connection.close()
         layer.flush()  # the last control messages (disconnects, sent without waiting)
+        livebus.sync()  # and this thread's last bells (the sweep's gap fills)
         log.info("worker stopped")
 
     @staticmethod
@@ -192,6 +193,9 @@ class Worker:
                     self.stopping.wait(1)
         finally:
             connection.close()  # this thread's own connection
+            # its last bells' replies, so that its Redis socket never closes with unread data
+            # (Linux answers that with a reset, which may drop what the server had not read)
+            livebus.sync()
 
     def idle_threads(self) -> int:
         """How many turn threads hold no session."""
