@@ -217,8 +217,12 @@ class Bus:
             if message is None or message.get("type") != "message":
                 continue
             channel, data = message["channel"], message["data"]
-            user_id = int(channel[channel.index("{") + 1 : channel.index("}")])
-            bell = orjson.loads(data[1:]) if data.startswith(_BELL_TEXT) else None
+            try:
+                user_id = int(channel[channel.index("{") + 1 : channel.index("}")])
+                bell = orjson.loads(data[1:]) if data.startswith(_BELL_TEXT) else None
+            except ValueError:  # not one of ours: one bad message must not end the reader
+                log.warning("live bus message on %s not understood; dropped", channel)
+                continue
             for receiver in list(self.local.get(user_id, ())):
                 try:
                     if bell is None:

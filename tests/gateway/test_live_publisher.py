@@ -103,7 +103,8 @@ def test_a_committed_updates_bell_and_its_settle_leave_together(make_user) -> No
 
 async def test_the_bus_hands_bells_to_topic_delivery_and_frames_to_the_socket() -> None:
     """One subscription per user carries both: a bell goes to the connection's topic delivery
-    (which orders offsets and repairs holes), a live frame straight to its socket."""
+    (which orders offsets and repairs holes), a live frame straight to its socket; a message
+    that is neither is dropped without ending the reader."""
     import asyncio
 
     from asgiref.sync import sync_to_async
@@ -130,6 +131,8 @@ async def test_the_bus_hands_bells_to_topic_delivery_and_frames_to_the_socket() 
     await bus.join(user_id, receiver)
     try:
         def send() -> None:
+            # not ours (a bell that does not parse): dropped, and the reader goes on
+            livebus._publisher().send([("PUBLISH", livebus.bus_channel(user_id), b"~{oops")])
             livebus.publish(user_id, {"delta": "Hel"})
             livebus.ring_bell(user_id, epoch="e1", offset=7, data={"items": []})
             livebus.publish(user_id, {"delta": "lo"})
