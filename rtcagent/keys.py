@@ -43,10 +43,6 @@ def live_bus(user_id: int) -> str:
     return f"{PREFIX}:{pubsub_scope()}:live:{{{user_id}}}"
 
 
-def live_group(user_id: int) -> str:
-    return f"live.u.{user_id}"
-
-
 def user_group(user_id: int) -> str:
     """Channel-layer group for control messages to all of a user's connections."""
     return f"user.u.{user_id}"

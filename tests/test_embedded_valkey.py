@@ -155,8 +155,9 @@ async def test_the_channel_layer_and_async_pools_reconnect_after_a_restart(var_d
 
 @pytest.mark.django_db(transaction=True)
 async def test_open_websockets_carry_on_across_a_restart(var_dir: Path, make_user) -> None:
-    """A web process on the embedded Valkey keeps its sockets, and their channel-layer delivery,
-    when the server is killed and the supervisor brings it back."""
+    """A web process on the embedded Valkey keeps its sockets, and their channel-layer delivery
+    (a user's control messages: here a disconnect), when the server is killed and the
+    supervisor brings it back."""
     url = ensure_valkey(var_dir)
     server = start_daphne(var_dir, REDIS_URL=url)
     supervisor = ValkeySupervisor(var_dir, interval=0.2).start()
@@ -171,16 +172,15 @@ async def test_open_websockets_carry_on_across_a_restart(var_dir: Path, make_use
         await asyncio.to_thread(_kill, url)
         await asyncio.sleep(2)  # the supervisor restarts it meanwhile
 
-        await layer.group_send(
-            keys.live_group(user.id), {"type": "live.publication", "data": {"probe": 1}}
-        )
         await ws.send(json.dumps({"id": 2, "rpc": {"method": "v1.nope"}}))
         seen: list[dict] = []
-        while not (
-            any(s.get("push", {}).get("pub", {}).get("data") == {"probe": 1} for s in seen)
-            and any(s.get("id") == 2 for s in seen)
-        ):
+        while not any(s.get("id") == 2 for s in seen):  # the socket still serves
             seen += await _lines(ws)
+        await layer.group_send(keys.user_group(user.id), {
+            "type": "user.disconnect", "code": 3000, "reason": "probe"})
+        while not any("disconnect" in s.get("push", {}) for s in seen):  # and still hears
+            seen += await _lines(ws)
+        assert {"push": {"disconnect": {"code": 3000, "reason": "probe"}}} in seen
         await ws.close()
     finally:
         await layer.close_pools()

@@ -57,7 +57,6 @@ def test_channel_and_key_names_are_pinned(settings) -> None:
     assert keys.live_bus(7) == "rtc:db3:live:{7}"
     settings.REDIS_URL = "redis://127.0.0.1:6379"
     assert keys.live_bus(7) == "rtc:db0:live:{7}"
-    assert keys.live_group(7) == "live.u.7"
     assert keys.topic_epoch(7) == "rtc:topic:{7}:epoch"
     assert keys.topic_offset(7) == "rtc:topic:{7}:offset"
     assert keys.topic_pending(7) == "rtc:topic:{7}:pending"

@@ -383,7 +383,7 @@ class GatewayConsumer(AsyncWebsocketConsumer):
         # after it is missed; what arrives before the reply waits in ``pre_connect``.
         self.live_joined = uid  # left on any failure or close from here on
         await livebus.bus().join(uid, self)
-        groups = [keys.live_group(uid), keys.user_group(uid)]
+        groups = [keys.user_group(uid)]
         self.groups_joined = groups  # likewise
         join = sync_joiner(self.channel_layer, groups, self.channel_name)
         if join is None:
@@ -421,7 +421,7 @@ class GatewayConsumer(AsyncWebsocketConsumer):
             ticks.ticker().add(self)
         buffered, self.pre_connect = self.pre_connect or [], None
         for event in buffered:
-            await self._on_group_event(event)
+            await self._on_topic_bell(event)
         self.timers.append(asyncio.create_task(self._expiry_watch()))
 
     def _expiry_fields(self) -> dict[str, Any]:
@@ -498,14 +498,11 @@ class GatewayConsumer(AsyncWebsocketConsumer):
         task = asyncio.create_task(work)
         self.timers.append(task)
 
-    # --- topic and live delivery --------------------------------------------------------------
+    # --- topic delivery and control messages --------------------------------------------------
 
     async def topic_bell(self, event: dict[str, Any]) -> None:
         """A topic publication's bell from the live bus (``livebus.ring_bell``)."""
-        await self._on_group_event({"type": "topic.publication", **event})
-
-    async def live_publication(self, event: dict[str, Any]) -> None:
-        await self._on_group_event(event)
+        await self._on_topic_bell(event)
 
     async def user_disconnect(self, event: dict[str, Any]) -> None:
         fid = event.get("fid")
@@ -515,16 +512,11 @@ class GatewayConsumer(AsyncWebsocketConsumer):
             int(event.get("code", P.DISCONNECT_FORCE)), event.get("reason", "")
         )
 
-    async def _on_group_event(self, event: dict[str, Any]) -> None:
+    async def _on_topic_bell(self, event: dict[str, Any]) -> None:
         if self.pre_connect is not None:
             self.pre_connect.append(event)
             return
         assert self.identity is not None
-        if event["type"] == "live.publication":
-            await self.send_objs(
-                P.publication_push(keys.live_channel(self.identity.user_id), event["data"])
-            )
-            return
         if event["epoch"] != self.topic_epoch:
             await self.disconnect_with(P.DISCONNECT_INSUFFICIENT_STATE)
             return
