@@ -38,12 +38,15 @@ def _root(session: Session) -> uuid.UUID:
     return session.root_session_id or session.id
 
 
-def admit(session: Session, turn_id: Any) -> bool:
+def admit(session: Session, turn_id: Any, *, in_tree: bool | None = None) -> bool:
     """May ``turn_id`` (of ``session``) create its RTC now? Call inside the creating
-    transaction."""
+    transaction. ``in_tree``: whether the session has a root or is one, when the caller read
+    it with the session (else it is asked here)."""
     root = _root(session)
-    if session.root_session_id is None and not Session.objects.filter(
-            root_session_id=root).exists():
+    if in_tree is None:
+        in_tree = session.root_session_id is not None or Session.objects.filter(
+            root_session_id=root).exists()
+    if not in_tree:
         return True
     member = f"{session.id}|{turn_id}|{session.user_id}"
     r = get_redis()
