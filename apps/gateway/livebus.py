@@ -87,8 +87,8 @@ def sync() -> None:
 
 
 class _Publisher:
-    """One thread's connection for ``PUBLISH``: commands are written and their replies (the
-    number of subscribers, which nobody needs) read in batches of ``MAX_UNREAD``.
+    """One thread's connection for the bus's commands (``PUBLISH``, a bell's ``MULTI``): they
+    are written and their replies (which nobody needs) read in batches of ``MAX_UNREAD``.
 
     A chunk is the worker's most frequent command: through the shared pool each cost a pool
     checkout and return (a lock and a queue), redis-py's command layer and a wait for the

@@ -246,8 +246,8 @@ def fill_gaps(user_id: int, *, grace: float | None = None) -> int:
         )
         event = TopicEvent.objects.get(user_id=user_id, epoch=pos.epoch, offset=offset)
         ring(event)
-    if stale:  # settled here too, not only after the bells: the watermark moves on return
-        r.zrem(keys.topic_pending(user_id), *stale)
+    if stale:  # the bells' settles run before this returns: the watermark has moved on
+        livebus.sync()
     r.eval(_FORGET_IF_SETTLED, 2, keys.topic_pending(user_id), keys.topic_pending_users(), user_id)
     return len(stale)
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import redis
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Exists, OuterRef, Q
 
 from apps.rtc.models import TERMINAL_RTC_STATUSES, Rtc
 from apps.sessions.models import Session
@@ -38,16 +38,21 @@ def _root(session: Session) -> uuid.UUID:
     return session.root_session_id or session.id
 
 
-def admit(session: Session, turn_id: Any, *, in_tree: bool | None = None) -> bool:
-    """May ``turn_id`` (of ``session``) create its RTC now? Call inside the creating
-    transaction. ``in_tree``: whether the session has a root or is one, when the caller read
-    it with the session (else it is asked here)."""
-    root = _root(session)
-    if in_tree is None:
-        in_tree = session.root_session_id is not None or Session.objects.filter(
-            root_session_id=root).exists()
-    if not in_tree:
+def rtc_session(session_id: Any) -> Session:
+    """The session as an RTC's creation needs it now, in one statement: its work mode (the
+    user may have switched it during the turn), its owner and root, and ``is_root``: whether
+    other sessions have it as their root (``admit`` reads it)."""
+    return (Session.objects.filter(pk=session_id)
+            .annotate(is_root=Exists(Session.objects.filter(root_session_id=OuterRef("pk"))))
+            .only("id", "user_id", "work_mode", "root_session_id").get())
+
+
+def admit(session: Session, turn_id: Any) -> bool:
+    """May ``turn_id`` (of ``session``, read by ``rtc_session``) create its RTC now? Call
+    inside the creating transaction."""
+    if session.root_session_id is None and not session.is_root:
         return True
+    root = _root(session)
     member = f"{session.id}|{turn_id}|{session.user_id}"
     r = get_redis()
     with r.pipeline(transaction=False) as pipe:

@@ -21,7 +21,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from apps.gateway.events import item, publish_live, publish_update
@@ -513,14 +512,8 @@ class DjangoTurnPorts:
             rtc = None if self._fresh else Rtc.objects.filter(
                 turn_id=self.turn.id, message=input_msg, tool_call_id=call["id"]).first()
             if rtc is None:
-                # the work mode as it is now (the user may have switched it during the turn)
-                # and whether the session is part of a sub-agent tree, in one statement
-                session = (Session.objects.filter(pk=self.session.id)
-                           .annotate(parent_of=Exists(Session.objects.filter(
-                               root_session_id=OuterRef("pk"))))
-                           .only("id", "user_id", "work_mode", "root_session_id").get())
-                in_tree = session.parent_of or session.root_session_id is not None
-                if gate.admit(session, self.turn.id, in_tree=in_tree):
+                session = gate.rtc_session(self.session.id)
+                if gate.admit(session, self.turn.id):
                     rtc = Rtc.objects.create(
                         session_id=session.id,
                         turn_id=self.turn.id,
