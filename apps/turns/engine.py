@@ -7,10 +7,13 @@ a resume that calls ``advance`` again).
 
 Invariants:
 
-* The checkpoint is saved before anyone outside the worker is told: an RTC is created only after
-  the checkpoint names its tool call, and the call is marked waiting with the RTC id right after.
-  A crash anywhere repeats at most the last step, and every step is idempotent (the store creates
-  an RTC once per tool call id and a message once per key).
+* The checkpoint is saved before anyone outside the worker is told: an RTC is created in the
+  same transaction that stores the checkpoint naming its tool call and marking it waiting on it
+  (``ports.create_rtc(..., cp)``), so neither exists without the other. A crash anywhere repeats
+  at most the last step, and every step is idempotent (the store creates an RTC once per tool
+  call id and a message once per key). A step that such a repeat redoes from what is stored
+  is not saved again on its own (an answer whose first call becomes an RTC is stored with the
+  RTC; an RTC's result moving the pair into the transcript is stored with the next answer).
 * The model is only sent complete pairs: an assistant message with tool calls enters the
   transcript together with the results of all its calls, so a call is never sent without its
   result, nor a result without its call. Every prompt passes ``validate`` right before it is
@@ -114,7 +117,10 @@ class TurnPorts(Protocol):
     # before they run; what it returns is the answer's text (a live call's "one moment" line)
     def record_call(self, step: int, call: dict[str, Any]) -> None: ...
     def record_result(self, step: int, call: dict[str, Any], output: str, status: str) -> None: ...
-    def create_rtc(self, step: int, call: dict[str, Any], arguments: dict[str, Any]) -> str: ...
+    # the call's RTC id ("" when the device is busy: the turn waits), committed together with
+    # ``cp`` as it is with ``waiting_rtc`` set to that id
+    def create_rtc(self, step: int, call: dict[str, Any], arguments: dict[str, Any],
+                   cp: Checkpoint) -> str: ...
     def rtc_outcome(self, rtc_id: str) -> RtcOutcome: ...
     # lifecycle
     def wait(self) -> None: ...  # the turn is interrupted, waiting on an RTC
@@ -237,13 +243,16 @@ def advance(ports: TurnPorts) -> str:
 
 
 def _advance(ports: TurnPorts, cp: Checkpoint) -> str:
+    unsaved = False  # cp holds an answer not stored yet (``_answer``)
     while True:
+        from_rtc = False
         if cp.waiting_rtc:
             outcome = ports.rtc_outcome(cp.waiting_rtc)
             if not outcome.finished:
                 ports.wait()
                 return WAITING
             _finish_call(ports, cp, outcome.text, outcome.status)
+            from_rtc = True
         if cp.answer is not None and len(cp.results) == len(cp.calls):
             if cp.deferred and not _collect_deferred(ports, cp):
                 if ports.should_cancel():
@@ -254,13 +263,18 @@ def _advance(ports: TurnPorts, cp: Checkpoint) -> str:
             # every call has its result: the pair enters the transcript
             cp.transcript += [cp.answer, *cp.results]
             cp.answer, cp.calls, cp.results = None, [], []
-            ports.save(cp)
+            if not from_rtc:
+                ports.save(cp)
+            # else the stored checkpoint still waits on the finished RTC, whose result a
+            # restart records again (idempotent) to reach this state: the next answer's save
+            # stores it, one commit less before the model is asked
         if ports.should_cancel():  # also between tool calls: a stopped turn starts no new RTC
             ports.cancel(cp)
             return CANCELLED
         if cp.answer is not None:
-            if not _run_next_call(ports, cp):
+            if not _run_next_call(ports, cp, unsaved):
                 return WAITING
+            unsaved = False
             continue
         if cp.step >= MAX_STEPS:
             raise LLMError(
@@ -271,6 +285,7 @@ def _advance(ports: TurnPorts, cp: Checkpoint) -> str:
         outcome = _answer(ports, cp)
         if outcome is not None:
             return outcome
+        unsaved = True
 
 
 def _prompt(ports: TurnPorts, cp: Checkpoint, tools: list[dict[str, Any]] | None
@@ -290,7 +305,9 @@ def _overflow(ports: TurnPorts, cp: Checkpoint) -> bool:
 
 
 def _answer(ports: TurnPorts, cp: Checkpoint) -> str | None:
-    """One LLM answer. Returns a final outcome, or None when tool calls are to run."""
+    """One LLM answer. Returns a final outcome, or None when tool calls are to run: ``cp``
+    then holds the answer and its calls, not saved yet (``_run_next_call`` saves it, with the
+    first call's RTC when that call becomes one)."""
     step = cp.step
     tools = ports.tools() or None
     while True:
@@ -340,7 +357,6 @@ def _answer(ports: TurnPorts, cp: Checkpoint) -> str | None:
         ],
     }
     cp.calls, cp.results = calls, []
-    ports.save(cp)
     return None
 
 
@@ -372,11 +388,18 @@ def _collect_deferred(ports: TurnPorts, cp: Checkpoint) -> bool:
     return True
 
 
-def _run_next_call(ports: TurnPorts, cp: Checkpoint) -> bool:
-    """Run the next tool call; False when it became an RTC the turn now waits on."""
+def _run_next_call(ports: TurnPorts, cp: Checkpoint, unsaved: bool = False) -> bool:
+    """Run the next tool call; False when the turn waits (the device is busy). A call that
+    became an RTC leaves ``cp.waiting_rtc`` set, for ``_advance`` to collect or wait on.
+    ``unsaved``: ``cp`` holds an answer not stored yet; it is stored before anything else
+    happens, with the RTC when the call becomes one."""
     call = cp.calls[len(cp.results)]
     ports.record_call(cp.step, call)
     arguments, refused = _parse_arguments(call["arguments"])
+    rtc_bound = (arguments is not None and not ports.is_server_tool(call["name"])
+                 and call["name"] in {t["function"]["name"] for t in ports.tools()})
+    if unsaved and not rtc_bound:
+        ports.save(cp)
     if arguments is None:
         _finish_call(ports, cp, refused, "error")
         return True
@@ -393,20 +416,13 @@ def _run_next_call(ports: TurnPorts, cp: Checkpoint) -> bool:
             return True
         _finish_call(ports, cp, output, "done")
         return True
-    known = {t["function"]["name"] for t in ports.tools()}
-    if call["name"] not in known:
+    if not rtc_bound:
         _finish_call(ports, cp, f"[Tool Error] unknown tool {call['name']!r}", "error")
         return True
-    cp.waiting_rtc = ports.create_rtc(cp.step, call, arguments)
+    cp.waiting_rtc = ports.create_rtc(cp.step, call, arguments, cp)  # cp stored with it
     if not cp.waiting_rtc:  # the device is busy with another RTC of the tree: asked again later
         ports.wait()
         return False
-    ports.save(cp)
-    outcome = ports.rtc_outcome(cp.waiting_rtc)  # a repeated step may find it already finished
-    if outcome.finished:
-        _finish_call(ports, cp, outcome.text, outcome.status)
-        return True
-    ports.wait()
-    return False
+    return True  # ``_advance`` collects its outcome (a repeated step may find it finished)
 
 

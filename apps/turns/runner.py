@@ -498,12 +498,15 @@ class DjangoTurnPorts:
             answers=call_msg,
         )
 
-    def create_rtc(self, step: int, call: dict[str, Any], arguments: dict[str, Any]) -> str:
+    def create_rtc(self, step: int, call: dict[str, Any], arguments: dict[str, Any],
+                   cp: Checkpoint) -> str:
         """The call's RTC id; "" when another session of its sub-agent tree has an RTC open
         on the device (``apps.rtc.gate``): the turn waits and asks again when that one ends.
 
-        One transaction and one Update for the call's message (if not written yet) and its
-        RTC: the pause costs one commit and one publication."""
+        One transaction and one Update for the call's message (if not written yet), its RTC
+        and the checkpoint ``cp`` waiting on it (the answer and its calls): the pause costs one
+        commit and one publication. Redis gets the checkpoint's copy after the commit, before
+        this thread lets the session go (a resume is taken only then)."""
         self._check_hold()
         with transaction.atomic():
             # One RTC per call message (this step's call): ids like "call_0" recur across the
@@ -533,9 +536,12 @@ class DjangoTurnPorts:
                     self._rtc_count += 1
                     items.append(item("rtc", "created", rtc.id))
                     data_list.append(rtc_to_dict(rtc))
+            saved = {**cp.to_json(), "waiting_rtc": "" if rtc is None else str(rtc.id)}
+            state.checkpoint_store(self.tid, saved)
             self._publish(items, data_list)
+        state.checkpoint_cache(self.tid, saved)
         self.settle()  # after the commit: the browser has the RTC, the answer is accounted
-        return "" if rtc is None else str(rtc.id)
+        return saved["waiting_rtc"]
 
     def _host_class(self, name: str) -> str | None:
         return next((f["class"] for f in self.session.host_functions if f["name"] == name), None)

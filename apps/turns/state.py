@@ -19,12 +19,13 @@ PostgreSQL holds the truth, Redis the fast copy: Redis is never the only copy.
   does it ask PostgreSQL. A resumed turn whose row says stopped gets its flag back, and the
   check after a park asks PostgreSQL, so a stop is never undone by a Redis restart.
 
-Cost: one upsert of the whole checkpoint per save. Saves happen per model answer and per tool
-call (about three per tool call), never per streamed chunk. The checkpoint carries the turn's
-transcript, so a turn of n tool calls writes O(n^2) bytes over its life (bounded by
-``engine.MAX_STEPS`` answers and ``MAX_RESULT_BYTES`` per result); large values go to TOAST and
-the WAL like any other row. Loads hit PostgreSQL only when Redis lost the key. A stop costs one
-UPDATE.
+Cost: one upsert of the whole checkpoint per save. A browser tool call saves once, in its RTC's
+transaction (``engine``: its result is stored with the next answer's call or dropped with the
+turn's end); a server tool saves before and after it runs; never per streamed chunk. The
+checkpoint carries the turn's transcript, so a turn of n tool calls writes O(n^2) bytes over
+its life (bounded by ``engine.MAX_STEPS`` answers and ``MAX_RESULT_BYTES`` per result); large
+values go to TOAST and the WAL like any other row. Loads hit PostgreSQL only when Redis lost
+the key. A stop costs one UPDATE.
 """
 
 from __future__ import annotations

@@ -180,9 +180,17 @@ def _epoch(stack: Any, user_id: int) -> str:
 async def test_full_redis_refuses_the_checkpoint_loudly_and_the_turn_resumes(
     redis_stack, model, make_user
 ):
+    """The result's checkpoint is first saved with the next call's RTC (engine): that save,
+    carrying a result too large for what Redis has left, is refused loudly; the turn stays
+    running with its checkpoint in PostgreSQL, the sweeper moves it on from there, and once
+    Redis has room again it ends as if nothing happened."""
     async with contextlib.AsyncExitStack() as exits:
         _, jobs = await _start_turns(redis_stack, exits, model, make_user, 1, 1)
         ((tab, sid),) = jobs
+        model.reset()  # what the model answers to the big result: one more call
+        model.add_rule({"last_tool_result_contains": "yyyy"}, {"tool_calls": [
+            {"name": "read", "arguments": {"path": "/next.txt"}}]})
+        model.add_rule({"last_role": "tool"}, {"content": "done"})
         r = redis_stack.valkey.client()
         fillers = [f"test:filler:{i}" for i in range(200)]
         for name in fillers:  # stored state an evicting policy would drop to make room
@@ -206,14 +214,29 @@ async def test_full_redis_refuses_the_checkpoint_loudly_and_the_turn_resumes(
         saved = await sync_to_async(lambda: TurnCheckpoint.objects.get(turn_id=turn_id).data)()
         assert [m["content"] for m in saved["transcript"] + saved["results"]
                 if m["role"] == "tool"] == [big]
+        second = await sync_to_async(
+            lambda: Rtc.objects.get(session_id=sid, status="pending"))()
+        assert saved["waiting_rtc"] == str(second.id)  # committed with its checkpoint
         assert r.info("stats")["evicted_keys"] == 0
         assert r.exists(*fillers) == len(fillers)
-        assert len(model.requests) == 1  # the model waits for the checkpoint
+        assert len(model.requests) == 1  # the model waits for Redis before the next request
 
         r.config_set("maxmemory", 0)  # memory is available again
+        await _until(lambda: Turn.objects.get(pk=turn_id).status == "interrupted", within=20)
+        await _submit(tab, sid, "next contents")
 
         await _until(lambda: Turn.objects.get(pk=turn_id).status == "completed", within=20)
-        await sync_to_async(_assert_completed_once)(jobs, {sid: big}, model)
+        assert not await sync_to_async(
+            TurnCheckpoint.objects.filter(turn_id=turn_id).exists)()
+        outputs = await sync_to_async(lambda: [m.content["data"]["output"] for m in
+                                               Message.objects.filter(
+                                                   session_id=sid,
+                                                   content__type="toolcall_output")])()
+        assert outputs == [big, "next contents"]  # each result recorded once
+        statuses = await sync_to_async(
+            lambda: list(Rtc.objects.filter(session_id=sid).values_list("status", flat=True)))()
+        assert statuses == ["completed", "completed"]
+        assert len(model.requests) == 2  # the model was asked once per result
         assert r.info("stats")["evicted_keys"] == 0
 
 

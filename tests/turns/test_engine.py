@@ -193,16 +193,20 @@ class FakePorts:
         self.results.setdefault(call["id"], {"step": step, "output": output, "status": status})
         self._did("record_result")
 
-    def create_rtc(self, step: int, call: dict[str, Any], arguments: dict[str, Any]) -> str:
-        cp = self.checkpoint()
-        assert cp is not None and call["id"] in [c["id"] for c in cp["calls"]], (
-            "an RTC was created before the checkpoint named its tool call")
+    def create_rtc(self, step: int, call: dict[str, Any], arguments: dict[str, Any],
+                   cp: Checkpoint) -> str:
+        # one transaction: the RTC and the checkpoint naming its call and waiting on it
+        assert call["id"] in [c["id"] for c in cp.calls], (
+            "an RTC was created with a checkpoint that does not name its tool call")
         self.rtc_requests.append(call["id"])
         if call["id"] not in self.rtcs:
             self.rtcs[call["id"]] = {"id": f"rtc-{len(self.rtcs) + 1}", "step": step,
                                      "name": call["name"], "arguments": arguments}
+        rtc_id = self.rtcs[call["id"]]["id"]
+        self.stored = json.dumps({**cp.to_json(), "waiting_rtc": rtc_id})
+        self.saves.append(json.loads(self.stored))
         self._did("create_rtc")
-        return self.rtcs[call["id"]]["id"]
+        return rtc_id
 
     def rtc_outcome(self, rtc_id: str) -> RtcOutcome:
         self._did("rtc_outcome")
@@ -263,20 +267,21 @@ def test_no_tools_are_offered_as_none() -> None:
     assert llm.tools == [None]
 
 
-def test_browser_tool_call_creates_one_rtc_and_waits_after_the_checkpoint_names_it() -> None:
+def test_browser_tool_call_creates_one_rtc_with_the_checkpoint_that_names_it() -> None:
     llm = ScriptedModel([TextDelta("Looking."), ToolCall("c1", "read", '{"path": "/a"}'),
                          Finish("tool_calls")])
     ports = FakePorts(llm)
 
     assert advance(ports) == WAITING
 
-    assert ports.log == ["delta", "finish_answer", "save", "record_call", "create_rtc", "save",
-                         "rtc_outcome", "wait"]
+    # the answer is stored once, in the RTC's transaction, already waiting on it
+    assert ports.log == ["delta", "finish_answer", "record_call", "create_rtc", "rtc_outcome",
+                         "wait"]
     answer = assistant_calls(("c1", "read", '{"path": "/a"}'), content="Looking.")
     calls = [{"id": "c1", "name": "read", "arguments": '{"path": "/a"}'}]
     base = {"step": 1, "transcript": [], "answer": answer, "calls": calls, "results": [],
             "usage": {}}
-    assert ports.saves == [{**base, "waiting_rtc": ""}, {**base, "waiting_rtc": "rtc-1"}]
+    assert ports.saves == [{**base, "waiting_rtc": "rtc-1"}]
     assert ports.rtc_requests == ["c1"]
     assert ports.rtcs == {"c1": {"id": "rtc-1", "step": 1, "name": "read",
                                  "arguments": {"path": "/a"}}}
@@ -315,9 +320,9 @@ def test_resume_with_a_finished_rtc_sends_the_call_together_with_its_result() ->
 
     assert advance(ports) == COMPLETED
 
-    # one save: the result completes the answer, whose pair enters the transcript at once
-    assert ports.log == ["rtc_outcome", "record_result", "save", "delta",
-                         "finish_answer", "complete"]
+    # no save before the model is asked: the stored checkpoint waits on the finished RTC, so
+    # a restart records the same result again; the next answer's save (here the end) stores it
+    assert ports.log == ["rtc_outcome", "record_result", "delta", "finish_answer", "complete"]
     assert ports.results == {"c1": {"step": 1, "output": "hello\n", "status": "done"}}
     pair = [assistant_calls(("c1", "read", '{"path": "/a"}'), content="Looking."),
             tool_result("c1", "hello\n")]
@@ -552,11 +557,11 @@ def test_max_steps_is_checked_on_resume_before_asking_the_model() -> None:
     assert [e.title for e in ports.failed] == ["Too many steps"]
 
 
-def test_crash_in_create_rtc_after_the_rtc_was_recorded_creates_no_second_rtc() -> None:
+def test_crash_after_the_rtc_was_committed_resumes_waiting_on_it() -> None:
     llm = ScriptedModel([ToolCall("c1", "read", "{}"), Finish("tool_calls")],
                         [TextDelta("ok"), Finish("stop")])
     ports = FakePorts(llm)
-    ports.crash_at = 4  # finish_answer, save, record_call, create_rtc
+    ports.crash_at = 3  # finish_answer, record_call, create_rtc
 
     try:
         advance(ports)
@@ -564,14 +569,38 @@ def test_crash_in_create_rtc_after_the_rtc_was_recorded_creates_no_second_rtc() 
         assert str(crash) == "create_rtc"
     else:
         raise AssertionError("no crash")
-    assert ports.checkpoint()["waiting_rtc"] == ""
+    assert ports.checkpoint()["waiting_rtc"] == "rtc-1"  # committed with the RTC
 
     assert advance(ports) == WAITING
 
-    assert ports.rtc_requests == ["c1", "c1"]
+    assert ports.rtc_requests == ["c1"]
     assert list(ports.rtcs) == ["c1"]
-    assert ports.checkpoint()["waiting_rtc"] == "rtc-1"
     assert len(llm.requests) == 1
+    ports.finish_rtc("c1", "A")
+    assert advance(ports) == COMPLETED
+    assert ports.results == {"c1": {"step": 1, "output": "A", "status": "done"}}
+
+
+def test_crash_before_the_rtc_was_committed_asks_the_model_again_for_one_rtc() -> None:
+    llm = ScriptedModel([ToolCall("c1", "read", "{}"), Finish("tool_calls")],
+                        [ToolCall("c1", "read", "{}"), Finish("tool_calls")],
+                        [TextDelta("ok"), Finish("stop")])
+    ports = FakePorts(llm)
+    ports.crash_at = 2  # finish_answer, record_call: the answer is stored with the RTC only
+
+    try:
+        advance(ports)
+    except Crash as crash:
+        assert str(crash) == "record_call"
+    else:
+        raise AssertionError("no crash")
+    assert ports.checkpoint() is None and ports.rtcs == {}
+
+    assert advance(ports) == WAITING
+
+    assert len(llm.requests) == 2 and llm.requests[1] == HISTORY  # the same step, asked again
+    assert list(ports.rtcs) == ["c1"]
+    assert ports.checkpoint()["step"] == 1 and ports.checkpoint()["waiting_rtc"] == "rtc-1"
     ports.finish_rtc("c1", "A")
     assert advance(ports) == COMPLETED
     assert ports.results == {"c1": {"step": 1, "output": "A", "status": "done"}}
