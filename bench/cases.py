@@ -21,7 +21,7 @@ from centrifuge import ReplyError
 from websockets.asyncio.client import connect
 
 from bench.clients import Relay, Tab
-from bench.harness import NS, Ctx, alternate, target
+from bench.harness import NS, Ctx, alternate, alternate_many, target
 from bench.live import interruption
 from bench.proto import RawClient
 from bench.stats import Side, percentile, proc_cpu, proc_rss, ratio
@@ -147,10 +147,12 @@ async def chunks(ctx: Ctx) -> dict[str, Any]:
     users = ctx.users(concurrent)
     tabs = [await Tab(ctx.stack.ws_url, tok).open() for _, tok in users]
     relays = [await Relay(ctx.stack.bare_url("relay")).open() for _ in users]
+    floor = (await Relay(ctx.stack.bare_url("floor")).open()
+             if "floor" in ctx.stack.bare else None)
     out: dict[str, Any] = {"unit": "ms", "chunks_per_turn": n, "concurrent_turns": concurrent,
                            "ratios": []}
     LOST.update(ours=0, baseline=0)
-    ttft_o, ttft_b = Side(), Side()
+    ttft_o, ttft_b, ttft_f = Side(), Side(), Side()
     try:
         for label, k in (("alone", 1), ("concurrent", concurrent)):
             async def ours(k: int = k, label: str = label) -> tuple[list[float], int]:
@@ -165,8 +167,16 @@ async def chunks(ctx: Ctx) -> dict[str, Any]:
                     ttft_b.add(ttfts)
                 return lat, n * k
 
-            o, b = await alternate(ctx.opts.rounds, ours, base, ctx.stack.server_pids(),
-                                   [ctx.stack.bare["relay"].pid])
+            async def durable() -> tuple[list[float], int]:  # its first chunk only
+                assert floor is not None
+                _, ttfts = await _relay_turns(ctx, [floor], text)
+                ttft_f.add(ttfts)
+                return [], 1
+
+            runs = [(ours, ctx.stack.server_pids()), (base, [ctx.stack.bare["relay"].pid])]
+            if floor is not None and label == "alone":
+                runs.append((durable, [ctx.stack.bare["floor"].pid]))
+            o, b, *_ = await alternate_many(ctx.opts.rounds, runs)
             so, sb = o.summary(), b.summary()
             out[label] = {"ours": so, "baseline": sb}
             out["ratios"] += [
@@ -176,13 +186,22 @@ async def chunks(ctx: Ctx) -> dict[str, Any]:
         so, sb = ttft_o.summary(), ttft_b.summary()
         out["ttft"] = {"ours": so, "baseline": sb}
         out["ratios"].append(target("time to first chunk p50", ratio(so["p50"], sb["p50"]), 2))
+        if floor is not None:
+            sf = out["ttft"]["durable_floor"] = ttft_f.summary()
+            out["ratios"].append(_informational(
+                "time to first chunk p50 against the durable floor", ratio(so["p50"], sf["p50"])))
         out["lost_chunks"] = dict(LOST)
     finally:
         for t in tabs:
             await t.close()
-        for r in relays:
+        for r in [*relays, *([floor] if floor is not None else [])]:
             await r.close()
     return out
+
+
+def _informational(name: str, value: float) -> dict[str, Any]:
+    """A ratio reported without a target (``(informational)`` in the table)."""
+    return {"name": f"{name} (informational)", "value": value, "target": "-", "ok": True}
 
 
 # --- tool pause and resume ----------------------------------------------------------------------
@@ -195,8 +214,10 @@ async def tools(ctx: Ctx) -> dict[str, Any]:
     ((_, token),) = ctx.users(1)
     tab = await Tab(ctx.stack.ws_url, token).open()
     relay = await Relay(ctx.stack.bare_url("relay")).open()
-    pause = (Side(), Side())
-    resume = (Side(), Side())
+    floor = (await Relay(ctx.stack.bare_url("floor")).open()
+             if "floor" in ctx.stack.bare else None)
+    pause = (Side(), Side(), Side())  # ours, the relay, the durable floor
+    resume = (Side(), Side(), Side())
 
     async def ours() -> tuple[list[float], int]:
         sent: dict[str, int] = {}
@@ -218,37 +239,48 @@ async def tools(ctx: Ctx) -> dict[str, Any]:
                        if c in stamps["resume"]])
         return [], 2 * per_round
 
-    async def base() -> tuple[list[float], int]:
-        sent: dict[str, int] = {}
-        for _ in range(per_round):
-            known = len(relay.rtcs)
-            sid = uuid.uuid4().hex
-            await relay.send(text="tool", sid=sid)
-            await relay.until(lambda n=known: len(relay.rtcs) > n)
-            call = list(relay.rtcs)[-1]
-            sent[call] = time.monotonic_ns()
-            await relay.send(text="tool", sid=sid + "r", resume=call, result="1\tbench")
-            await relay.until(lambda s=sid + "r": s in relay.ends)
-        stamps = ctx.stack.stamps()
-        pause[1].add([(relay.rtcs[c] - stamps["toolend"][c]) / NS for c in sent
-                      if c in stamps["toolend"]])
-        resume[1].add([(stamps["resume"][c] - t) / NS for c, t in sent.items()
-                       if c in stamps["resume"]])
-        return [], 2 * per_round
+    def bare(relay: Relay, index: int) -> Callable[[], Awaitable[tuple[list[float], int]]]:
+        async def run() -> tuple[list[float], int]:
+            sent: dict[str, int] = {}
+            for _ in range(per_round):
+                known = len(relay.rtcs)
+                sid = uuid.uuid4().hex
+                await relay.send(text="tool", sid=sid)
+                await relay.until(lambda n=known: len(relay.rtcs) > n)
+                call = list(relay.rtcs)[-1]
+                sent[call] = time.monotonic_ns()
+                await relay.send(text="tool", sid=sid + "r", resume=call, result="1\tbench")
+                await relay.until(lambda s=sid + "r": s in relay.ends)
+            stamps = ctx.stack.stamps()
+            pause[index].add([(relay.rtcs[c] - stamps["toolend"][c]) / NS for c in sent
+                              if c in stamps["toolend"]])
+            resume[index].add([(stamps["resume"][c] - t) / NS for c, t in sent.items()
+                               if c in stamps["resume"]])
+            return [], 2 * per_round
+        return run
 
+    runs = [(ours, ctx.stack.server_pids()), (bare(relay, 1), [ctx.stack.bare["relay"].pid])]
+    if floor is not None:
+        runs.append((bare(floor, 2), [ctx.stack.bare["floor"].pid]))
     try:
-        o, b = await alternate(ctx.opts.rounds, ours, base, ctx.stack.server_pids(),
-                               [ctx.stack.bare["relay"].pid])
+        sides = await alternate_many(ctx.opts.rounds, runs)
     finally:
         await tab.close()
         await relay.close()
+        if floor is not None:
+            await floor.close()
+    cpu = {name: side.summary().get("cpu_per_op")
+           for name, side in zip(("ours", "baseline", "durable_floor"), sides, strict=False)}
     out: dict[str, Any] = {"unit": "ms", "per_round": per_round, "ratios": [],
-                           "cpu_per_pause_and_resume": {"ours": o.summary().get("cpu_per_op"),
-                                                        "baseline": b.summary().get("cpu_per_op")}}
-    for label, (po, pb) in (("pause", pause), ("resume", resume)):
+                           "cpu_per_pause_and_resume": cpu}
+    for label, (po, pb, pf) in (("pause", pause), ("resume", resume)):
         so, sb = po.summary(), pb.summary()
         out[label] = {"ours": so, "baseline": sb}
         out["ratios"].append(target(f"tool {label} p50", ratio(so["p50"], sb["p50"]), 2))
+        if floor is not None:
+            sf = out[label]["durable_floor"] = pf.summary()
+            out["ratios"].append(_informational(f"tool {label} p50 against the durable floor",
+                                                ratio(so["p50"], sf["p50"])))
     return out
 
 

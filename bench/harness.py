@@ -40,14 +40,24 @@ def target(name: str, value: float, limit: float, *, most: bool = True, unit: st
             "ok": bool(ok)}
 
 
-async def alternate(rounds: int, ours: Callable[[], Awaitable[tuple[list[float], int]]],
-                    base: Callable[[], Awaitable[tuple[list[float], int]]],
-                    ours_pids: list[int], base_pids: list[int]) -> tuple[Side, Side]:
+Run = Callable[[], Awaitable[tuple[list[float], int]]]
+
+
+async def alternate(rounds: int, ours: Run, base: Run, ours_pids: list[int],
+                    base_pids: list[int]) -> tuple[Side, Side]:
     """Run ``rounds`` + 1 rounds, the order flipping each round; CPU per operation from /proc."""
-    sides = (Side(), Side())
-    runs = ((ours, ours_pids, 0), (base, base_pids, 1))
+    o, b = await alternate_many(rounds, [(ours, ours_pids), (base, base_pids)])
+    return o, b
+
+
+async def alternate_many(rounds: int, runs: list[tuple[Run, list[int]]]) -> list[Side]:
+    """``alternate`` for any number of sides: each round runs them all, in an order rotated
+    (and, for two, flipped) each round, so that none always runs first."""
+    sides = [Side() for _ in runs]
+    order = list(range(len(runs)))
     for r in range(rounds + 1):
-        for fn, pids, index in runs if r % 2 == 0 else runs[::-1]:
+        for index in order[r % len(order):] + order[:r % len(order)]:
+            fn, pids = runs[index]
             before = proc_cpu(pids)
             samples, ops = await fn()
             cpu = proc_cpu(pids) - before

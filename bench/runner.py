@@ -49,6 +49,17 @@ def drop_users() -> int:
     return get_user_model().objects.filter(email__endswith="@bench.invalid").delete()[0]
 
 
+def drop_floor() -> None:
+    """The durable floor's tables (``bench.bare.Floor``), if it made them."""
+    from django.db import connection
+
+    from bench.bare import FLOOR_SCHEMA
+
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(f"DROP SCHEMA IF EXISTS {FLOOR_SCHEMA} CASCADE")
+
+
 def profile(stack: st.Stack, folder: Path) -> list[subprocess.Popen[bytes]]:
     """``py-spy record`` of the web process and each worker (idle frames left out) until the run
     ends: ``web.txt``, ``worker-<n>.txt``."""
@@ -177,8 +188,9 @@ def main(argv: list[str] | None = None) -> None:
         stack.stop()
         try:
             drop_users()
+            drop_floor()
         except Exception as exc:
-            print(f"could not delete the bench users: {exc}", file=sys.stderr)
+            print(f"could not delete the bench users and tables: {exc}", file=sys.stderr)
     report = {
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "mode": "smoke" if args.smoke else "full",

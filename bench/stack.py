@@ -156,7 +156,10 @@ class Stack:
             self.workers_procs.append(w)
             self.procs.append(w)
         db = os.environ["DATABASE_URL"]
-        for kind in ("echo", "relay", "replay"):
+        kinds = ["echo", "relay", "replay"]
+        if db.startswith("postgres"):  # the durable floor writes PostgreSQL only
+            kinds.append("floor")
+        for kind in kinds:
             port = free_port()
             argv = [py, "-m", "bench.bare", kind, "--port", str(port), "--llm", self.llm_url,
                     "--db", db, "--redis", os.environ["REDIS_URL"], "--ping", str(self.ping)]

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from django.db import connection
 
 from bench.cases import CASES
 from tests.livesrv import ROOT, child_env
@@ -38,6 +39,14 @@ def test_smoke_run_reports_every_case(tmp_path: Path) -> None:
     table = (tmp_path / "smoke.md").read_text()
     assert table.count("\n| ") >= len(CASES) + 1  # header and at least one row per case
     assert "target" in run.stdout  # every ratio is printed with its target
+    if connection.vendor == "postgresql":  # the durable floor ran beside the relay...
+        names = {r["name"] for case in report["cases"].values() for r in case["ratios"]}
+        assert {f"tool {p} p50 against the durable floor (informational)"
+                for p in ("pause", "resume")} <= names
+        assert "time to first chunk p50 against the durable floor (informational)" in names
+        with connection.cursor() as cursor:  # ...and its tables are gone
+            cursor.execute("SELECT count(*) FROM pg_namespace WHERE nspname = 'bench_floor'")
+            assert cursor.fetchone()[0] == 0
 
 
 def test_unknown_case_is_refused() -> None:
