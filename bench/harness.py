@@ -51,12 +51,12 @@ async def alternate(rounds: int, ours: Run, base: Run, ours_pids: list[int],
 
 
 async def alternate_many(rounds: int, runs: list[tuple[Run, list[int]]]) -> list[Side]:
-    """``alternate`` for any number of sides: each round runs them all, in an order rotated
-    (and, for two, flipped) each round, so that none always runs first."""
+    """``alternate`` with informational sides after the two it compares: each round runs ours
+    and the baseline in an order that flips each round, exactly as ``alternate``, then the
+    others, so that each of the two follows an extra side equally often."""
     sides = [Side() for _ in runs]
-    order = list(range(len(runs)))
     for r in range(rounds + 1):
-        for index in order[r % len(order):] + order[:r % len(order)]:
+        for index in ([0, 1] if r % 2 == 0 else [1, 0]) + list(range(2, len(runs))):
             fn, pids = runs[index]
             before = proc_cpu(pids)
             samples, ops = await fn()

@@ -14,7 +14,7 @@ and p90 of each:
   with no other one within 200 ms, so that concurrent turns' steps are not mixed up;
 * ``pause``: a browser tool call, from the end of the model's answer (its stream read to the
   end) to the RTC's transaction committed (its Update's bell sent), and the answer's accounting
-  and the move to interrupted that follow;
+  that follows (then, unless the result is already in, the move to interrupted);
 * ``resume``: a tool's result, from ``v1.rtc.submit_result`` reaching its service to the next
   request leaving for the model (the ``tools`` case's resume).
 
@@ -56,7 +56,6 @@ STEPS = [
     ("apps.turns.runner", "DjangoTurnPorts.record_result"),
     ("apps.gateway.consumer", "GatewayConsumer.send_live"),
     ("apps.turns.runner", "DjangoTurnPorts.finish_answer"),
-    ("apps.turns.runner", "DjangoTurnPorts.wait"),
     ("apps.turns.accounting", "record_answer"),
 ]
 # per path: the mark that starts it, and its consecutive marks, each the first after the
@@ -84,7 +83,6 @@ CHAINS: dict[str, tuple[str, list[tuple[str, str]]]] = {
         ("DjangoTurnPorts.finish_answer<", "stream ended -> the answer's messages completed"),
         ("record_answer>", "call message, RTC and checkpoint committed, their Update's bell sent"),
         ("record_answer<", "the answer accounted (after the browser was told)"),
-        ("DjangoTurnPorts.wait<", "the turn moved to interrupted"),
     ]),
     "resume": ("rtc_submit_result>", [
         ("rtc_submit_result<", "result stored, resume queued (the submit's transaction)"),
