@@ -506,8 +506,10 @@ class DjangoTurnPorts:
         One transaction and one Update for the call's message (if not written yet), its RTC
         and the checkpoint ``cp`` waiting on it (the answer and its calls): the pause costs one
         commit and one publication. Redis gets the checkpoint's copy after the commit, before
-        this thread lets the session go (a resume is taken only then)."""
+        this thread lets the session go (a resume is taken only then); its older copy is
+        dropped before the transaction (``state.checkpoint_invalidate``)."""
         self._check_hold()
+        state.checkpoint_invalidate(self.tid)
         with transaction.atomic():
             # One RTC per call message (this step's call): ids like "call_0" recur across the
             # answers of one turn, so the id alone would find an earlier call's RTC.

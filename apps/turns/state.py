@@ -5,7 +5,9 @@ PostgreSQL holds the truth, Redis the fast copy: Redis is never the only copy.
 * **Checkpoint.** ``checkpoint_save`` writes the row (``TurnCheckpoint``) first, then Redis
   (TTL 24 h), so PostgreSQL is never behind Redis. ``checkpoint_load`` reads Redis and falls
   back to PostgreSQL when Redis has nothing (restarted empty, flushed, key expired), then puts
-  the copy back into Redis. A Redis write that fails (``OOM command not allowed`` under
+  the copy back into Redis. A save whose Redis copy must wait for a commit (the checkpoint
+  stored in an RTC's transaction) drops Redis's copy before that transaction
+  (``checkpoint_invalidate``). A Redis write that fails (``OOM command not allowed`` under
   ``maxmemory`` with ``noeviction``, or Redis away) is logged as an error, Redis's older copy is
   deleted, and ``CheckpointNotCached`` stops the turn: it stays ``running`` with its checkpoint in
   PostgreSQL, and the sweeper resumes it from there once Redis takes writes again. So Redis's
@@ -111,6 +113,22 @@ def checkpoint_cache(turn_id: str, data: dict[str, Any]) -> None:
         )
         with contextlib.suppress(redis.RedisError):  # DEL needs no memory: allowed when full
             r.delete(_cp(turn_id))
+        raise CheckpointNotCached(turn_id) from exc
+
+
+def checkpoint_invalidate(turn_id: str) -> None:
+    """Before a transaction that stores a newer checkpoint (``checkpoint_store``), whose Redis
+    copy can only follow its commit: drop Redis's copy now, so that a crash between that commit
+    and the copy leaves none (a load then reads PostgreSQL's) rather than an older one, which
+    would repeat a step that is not idempotent (an answer whose call became an RTC: the model
+    asked again might call something else). ``CheckpointNotCached`` when Redis refuses (the
+    turn pauses before the transaction; DEL needs no memory, so a full Redis still takes it)."""
+    try:
+        get_redis().delete(_cp(turn_id))
+    except redis.RedisError as exc:
+        log.error("checkpoint of turn %s: Redis's copy could not be dropped before a save "
+                  "(%s: %s); the turn waits until Redis takes writes", turn_id,
+                  type(exc).__name__, exc)
         raise CheckpointNotCached(turn_id) from exc
 
 

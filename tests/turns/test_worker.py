@@ -151,6 +151,88 @@ def test_a_turns_messages_are_numbered_in_order_across_its_runs(make_user) -> No
     assert [n for _, n in rows] == [0, 1, 2, 3, 4]
 
 
+def test_a_worker_killed_between_the_rtcs_commit_and_redis_copy_resumes_waiting_on_it(
+    make_user, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The checkpoint waiting on an RTC is stored in the RTC's transaction and copied to Redis
+    after it: a worker killed in between leaves Redis no copy (not the older one), so the next
+    run waits on that RTC instead of asking the model again (which might call something else
+    and leave the first RTC orphaned)."""
+    from apps.rtc.models import Rtc
+    from apps.rtc.services import rtc_submit_result
+    from apps.sessions.services import message_send
+    from rtcagent.devtools.scripted_llm import ScriptedLLM
+
+    class Killed(BaseException):
+        pass
+
+    cache = state.checkpoint_cache
+
+    def dies_after_the_commit(turn_id: str, data: dict[str, Any]) -> None:
+        if data.get("waiting_rtc"):
+            raise Killed
+        cache(turn_id, data)
+
+    user = make_user()
+    with ScriptedLLM(api_key="k") as llm:
+        worker, _ = _in_process(llm)
+        llm.enqueue({"tool_calls": [{"name": "read", "arguments": {"path": "/a.md"}}]})
+        llm.enqueue({"tool_calls": [{"name": "read", "arguments": {"path": "/other.md"}}]})
+        llm.enqueue({"content": "Done."})
+        sent = message_send(user_id=user.id, device_id="d1", client_id="c-1",
+                            content={"type": "text", "data": "read it"})
+        monkeypatch.setattr(state, "checkpoint_cache", dies_after_the_commit)
+        hold = queue.claim(lease_ms=30000)
+        assert hold is not None
+        worker._hold = hold
+        with pytest.raises(Killed):
+            worker.handle(hold.session_id, hold.take())
+        monkeypatch.setattr(state, "checkpoint_cache", cache)
+        hold.ack()
+        hold.yield_session()
+
+        turn = Turn.objects.get(session_id=sent.session.id)
+        (rtc,) = Rtc.objects.filter(turn=turn)
+        assert state.checkpoint_load(str(turn.id))["waiting_rtc"] == str(rtc.id)
+        assert len(llm.requests) == 1
+        rtc_submit_result(user_id=user.id, rtc_id=rtc.id, success=True, result="text",
+                          client_id="r-1", device_id="d1")
+        worker.run_turn(Turn.objects.get(pk=turn.id))  # what the sweeper's resume runs
+        # the result went to the model with the call it answers; the next answer's call is
+        # a second RTC, not a replacement of the first
+        assert len(llm.requests) == 2
+        assert [m["role"] for m in llm.requests[1].body["messages"]][-2:] == ["assistant",
+                                                                             "tool"]
+        assert list(Rtc.objects.filter(turn=turn).order_by("offset")
+                    .values_list("status", flat=True)) == ["completed", "pending"]
+
+
+def test_a_save_that_cannot_drop_redis_copy_first_pauses_the_turn(
+    make_user, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``checkpoint_invalidate`` (before an RTC's transaction) on a Redis that is away: the
+    turn pauses before anything is written, loudly, and the copy it could not drop is the
+    one PostgreSQL still agrees with."""
+    import redis as redis_lib
+
+    from apps.turns.models import TurnCheckpoint
+
+    user = make_user()
+    turn = Turn.objects.create(session=_session(user), user=user, status="running")
+    tid = str(turn.id)
+    state.checkpoint_save(tid, {"step": 1})
+    away = redis_lib.Redis(host="127.0.0.1", port=9, socket_connect_timeout=0.2)
+    monkeypatch.setattr(state, "get_redis", lambda: away)
+
+    with pytest.raises(state.CheckpointNotCached):
+        state.checkpoint_invalidate(tid)
+
+    assert f"checkpoint of turn {tid}: Redis's copy could not be dropped" in caplog.text
+    monkeypatch.undo()
+    assert state.checkpoint_load(tid) == {"step": 1}
+    assert TurnCheckpoint.objects.get(turn_id=tid).data == {"step": 1}
+
+
 def test_a_resumed_turn_stopped_before_its_first_write_ends_there(make_user) -> None:
     """A resume moves the turn to running with its first write (``DjangoTurnPorts.begin``).
     Stopped between the worker reading it and that write, the run ends: the write is rolled
