@@ -3,7 +3,9 @@ image pool of this process, shut down when the tests are done."""
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,8 +28,17 @@ def _fresh_cache() -> None:
 
 @pytest.fixture
 def store() -> Any:
+    """The configured store, emptied first when it is the local folder (this xdist process's
+    own, which its live servers share): object keys carry user ids, and on SQLite (``make
+    test`` on a fresh machine) a test's rolled-back users give their ids to the next test's,
+    which would then see the earlier test's objects."""
+    from django.conf import settings
+
     from apps.storage.store import get_store
 
+    config = settings.RTC_OBJECT_STORE
+    if config.get("BACKEND") == "local":  # the objects only (``keys/``), not the store's own
+        shutil.rmtree(Path(config["ROOT"]) / "keys", ignore_errors=True)
     return get_store()
 
 

@@ -297,6 +297,8 @@ def _script_two_tools(model: Any) -> None:
 # --- every process killed while the browser retries --------------------------------------------
 
 
+@pytest.mark.skipif(not livesrv.test_database_url().startswith("postgres"),
+                    reason="holds the submission inside PostgreSQL (a row lock, pg_blocking_pids)")
 @pytest.mark.parametrize("fault", ["rolled_back", "reply_lost"])
 async def test_every_process_killed_while_the_browser_submits(
     fault: str, deployment: Deployment, model: Any, make_user: Any

@@ -61,6 +61,10 @@ def test_a_database_that_is_away_does_not_break_the_idle_loop(monkeypatch) -> No
     with socket.socket() as taken:  # bound, never listening: connections to it are refused,
         taken.bind(("127.0.0.1", 0))  # and no other process can take the port meanwhile
         monkeypatch.setitem(connection.settings_dict, "CONN_MAX_AGE", 60)
-        monkeypatch.setitem(connection.settings_dict, "HOST", "127.0.0.1")
-        monkeypatch.setitem(connection.settings_dict, "PORT", str(taken.getsockname()[1]))
+        if connection.vendor == "sqlite":  # the embedded default: a file that cannot be opened
+            monkeypatch.setitem(connection.settings_dict, "NAME",
+                                "/nonexistent-rtcagent-dir/away.sqlite3")
+        else:
+            monkeypatch.setitem(connection.settings_dict, "HOST", "127.0.0.1")
+            monkeypatch.setitem(connection.settings_dict, "PORT", str(taken.getsockname()[1]))
         assert _in_a_new_thread(_ready) == {"result": (False, False)}
