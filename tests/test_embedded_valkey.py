@@ -248,3 +248,29 @@ def test_a_test_run_writes_nothing_into_the_checkouts_var(tmp_path: Path) -> Non
     assert run.returncode == 0, run.stdout + run.stderr
     assert not (clone / "var").exists()
     assert [p.name for p in tmp.iterdir() if p.name.startswith("rtcagent-test-var-")] == []
+
+
+def test_a_private_valkey_whose_port_is_taken_meanwhile_starts_on_another(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two test processes starting at once once chose the same port and one of them died:
+    a port taken between the choice and the bind is given up for the next one."""
+    import socket
+
+    from rtcagent import embedded
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = taken.getsockname()[1]
+        ports = iter([busy, embedded._free_port()])
+        monkeypatch.setattr(embedded, "_free_port", lambda: next(ports))
+        before = len(embedded._private)
+        url = embedded.start_private_valkey()
+    server = embedded._private.pop()
+    try:
+        assert len(embedded._private) == before
+        assert f":{busy}/" not in url
+        assert redis.Redis.from_url(url).ping() is True
+    finally:
+        server.stop()
