@@ -37,8 +37,11 @@ def store() -> Any:
     from apps.storage.store import get_store
 
     config = settings.RTC_OBJECT_STORE
-    if config.get("BACKEND") == "local":  # the objects only (``keys/``), not the store's own
-        shutil.rmtree(Path(config["ROOT"]) / "keys", ignore_errors=True)
+    root = Path(config.get("ROOT") or "")
+    # only the test run's own folder (rtcagent/settings.py, tests/parallel.py), never one the
+    # environment named; the objects only (``keys/``), not the store's own files
+    if config.get("BACKEND") == "local" and root.parent.name.startswith("rtcagent-test-var-"):
+        shutil.rmtree(root / "keys", ignore_errors=True)
     return get_store()
 
 
