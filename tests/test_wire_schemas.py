@@ -227,10 +227,17 @@ async def test_every_reply_and_update_matches_its_schema(gateway, pool, model, m
                          "toolcall_output", "error", "summary"}
 
 
-async def test_the_checker_refuses_unknown_missing_and_mistyped_fields(make_user) -> None:
+async def test_the_checker_refuses_unknown_missing_and_mistyped_fields(
+    make_user, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from apps.rtc.models import Rtc
     from apps.sessions.services import message_send
+    from apps.turns import queue
     from apps.turns.models import Turn
+
+    # The module's workers (``pool``, started by an earlier test) would take the message and
+    # open a turn of their own, which the turn made below would then collide with: not queued.
+    monkeypatch.setattr(queue, "enqueue_message", lambda *args, **kwargs: None)
 
     def rows() -> tuple[dict, dict, dict]:
         user = make_user()
