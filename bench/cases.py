@@ -21,7 +21,7 @@ from centrifuge import ReplyError
 from websockets.asyncio.client import connect
 
 from bench.clients import Relay, Tab
-from bench.harness import NS, Ctx, alternate, alternate_many, target
+from bench.harness import NS, Ctx, alternate, alternate_many, informational, target
 from bench.live import interruption
 from bench.proto import RawClient
 from bench.stats import Side, percentile, proc_cpu, proc_rss, ratio
@@ -77,8 +77,7 @@ async def rpc(ctx: Ctx) -> dict[str, Any]:
             if limit is not None:
                 out["ratios"].append(target(f"rpc {label} p50", value, limit))
             else:
-                out["ratios"].append({"name": f"rpc {label} p50 (informational)",
-                                      "value": value, "target": "-", "ok": True})
+                out["ratios"].append(informational(f"rpc {label} p50", value))
     finally:
         await tab.close()
         await echo.close()
@@ -188,7 +187,7 @@ async def chunks(ctx: Ctx) -> dict[str, Any]:
         out["ratios"].append(target("time to first chunk p50", ratio(so["p50"], sb["p50"]), 2))
         if floor is not None:
             sf = out["ttft"]["durable_floor"] = ttft_f.summary()
-            out["ratios"].append(_informational(
+            out["ratios"].append(informational(
                 "time to first chunk p50 against the durable floor", ratio(so["p50"], sf["p50"])))
         out["lost_chunks"] = dict(LOST)
     finally:
@@ -198,10 +197,6 @@ async def chunks(ctx: Ctx) -> dict[str, Any]:
             await r.close()
     return out
 
-
-def _informational(name: str, value: float) -> dict[str, Any]:
-    """A ratio reported without a target (``(informational)`` in the table)."""
-    return {"name": f"{name} (informational)", "value": value, "target": "-", "ok": True}
 
 
 # --- tool pause and resume ----------------------------------------------------------------------
@@ -279,7 +274,7 @@ async def tools(ctx: Ctx) -> dict[str, Any]:
         out["ratios"].append(target(f"tool {label} p50", ratio(so["p50"], sb["p50"]), 2))
         if floor is not None:
             sf = out[label]["durable_floor"] = pf.summary()
-            out["ratios"].append(_informational(f"tool {label} p50 against the durable floor",
+            out["ratios"].append(informational(f"tool {label} p50 against the durable floor",
                                                 ratio(so["p50"], sf["p50"])))
     return out
 

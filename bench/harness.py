@@ -40,6 +40,11 @@ def target(name: str, value: float, limit: float, *, most: bool = True, unit: st
             "ok": bool(ok)}
 
 
+def informational(name: str, value: float) -> dict:
+    """A figure reported without a target (``(informational)`` in the table)."""
+    return {"name": f"{name} (informational)", "value": value, "target": "-", "ok": True}
+
+
 Run = Callable[[], Awaitable[tuple[list[float], int]]]
 
 

@@ -35,7 +35,7 @@ from typing import Any
 from centrifuge import ReplyError, ServerPublicationContext
 
 from bench.clients import Events, Tab
-from bench.harness import NS, Ctx, target
+from bench.harness import NS, Ctx, informational, target
 from bench.stats import Side, percentile, proc_cpu
 
 CHUNKS, PACE_MS = 200, 20  # the answer each input starts: 4 s, so it is always cut mid-stream
@@ -197,6 +197,5 @@ async def interruption(ctx: Ctx) -> dict[str, Any]:
         out["ratios"].append(target(f"live {labels[name]} p99", out[name]["all_p99"], LIMIT_MS,
                                     unit=" ms"))
     for name in ("closed", "request", "first_piece"):
-        out["ratios"].append({"name": f"live {labels[name]} p50 (informational)",
-                              "value": out[name]["all_p50"], "target": "-", "ok": True})
+        out["ratios"].append(informational(f"live {labels[name]} p50", out[name]["all_p50"]))
     return out

@@ -185,13 +185,12 @@ def start_private_valkey(attempts: int = 5) -> str:
         server = ValkeyServer(port=_free_port())
         try:
             server.start()
+            break
         except (ValkeyServerStartupError, OSError):
             if attempt == attempts - 1:
                 raise
-            continue
-        _private.append(server)  # held until exit: the object stops its server when collected
-        return f"{server.connection_url}/0"
-    raise AssertionError("unreachable")
+    _private.append(server)  # held until exit: the object stops its server when collected
+    return f"{server.connection_url}/0"
 
 
 class ValkeySupervisor:
