@@ -33,6 +33,9 @@ DEFAULTS: dict[str, Any] = {
     "WORKER_LEASE_MS": 30_000,  # a session lock's lease; renewed every third of it
     "WORKER_TURNS": 4,  # turns (sessions) one worker process runs at once, one thread each
     "ORPHAN_AFTER": 10.0,  # seconds before a turn nobody runs is re-enqueued by the sweeper
+    # seconds a worker waits, turn in hand, for a browser tool's result before it lets the turn
+    # go (interrupted); 0: never waits
+    "RESULT_WAIT": 1.0,
     # Per-user caps on v1.message.send (and fork), answered rate_limited; 0 turns one off
     "MAX_QUEUED_TURNS_PER_USER": 20,  # messages waiting for their turn to start
     "MAX_TURNS_PER_HOUR": 600,  # turns started in the last hour, queued ones included

@@ -23,7 +23,10 @@ Invariants:
   ``history() + transcript``. When the provider answers "context too long" and the ports can
   shrink the prompt (``context_overflow``, whose state is in ``cp.context``), the answer is
   asked once more; otherwise the ``context`` error fails the turn.
-* Tool calls of one answer run one at a time, in order; at most one RTC waits per turn.
+* Tool calls of one answer run one at a time, in order; at most one RTC waits per turn. A
+  result that comes back while the worker still has the turn (``await_result``) continues it
+  in place; otherwise the turn waits (``ports.wait``) and a resume runs it again from the
+  checkpoint. Either way the same steps follow, from the same stored state.
 * A server tool may answer ``Deferred`` (a sync sub-agent): its result slot stays open
   (``cp.deferred``: call index -> ref) and the next calls run at once, so the sub-agents of
   one answer all start before the turn waits. Once every call has run, the turn waits,
@@ -122,6 +125,8 @@ class TurnPorts(Protocol):
     def create_rtc(self, step: int, call: dict[str, Any], arguments: dict[str, Any],
                    cp: Checkpoint) -> str: ...
     def rtc_outcome(self, rtc_id: str) -> RtcOutcome: ...
+    # optional: ``await_result(rtc_id) -> RtcOutcome``, called instead of ``rtc_outcome``: may
+    # wait a while for the result, so that the turn continues in place rather than pausing
     # lifecycle
     def wait(self) -> None: ...  # the turn is interrupted, waiting on an RTC
     def complete(self, cp: Checkpoint) -> None: ...
@@ -247,7 +252,7 @@ def _advance(ports: TurnPorts, cp: Checkpoint) -> str:
     while True:
         from_rtc = False
         if cp.waiting_rtc:
-            outcome = ports.rtc_outcome(cp.waiting_rtc)
+            outcome = getattr(ports, "await_result", ports.rtc_outcome)(cp.waiting_rtc)
             if not outcome.finished:
                 ports.wait()
                 return WAITING

@@ -103,13 +103,19 @@ end
 """
 
 
-# KEYS: list, ready, bell, owner, lock. ARGV: item, session id, user id or "", owner ttl.
+# KEYS: list, ready, bell, owner, lock, wake. ARGV: item, session id, user id or "", owner ttl,
+# "1" for a resume item (it also wakes a holder waiting in place: ``wait_for_wake``).
 _ENQUEUE = _FAIR + """
 redis.call('RPUSH', KEYS[1], ARGV[1])
 if ARGV[3] ~= '' then redis.call('SET', KEYS[4], ARGV[3], 'EX', ARGV[4])
 else redis.call('EXPIRE', KEYS[4], ARGV[4]) end
 if redis.call('EXISTS', KEYS[5]) == 1 then
   redis.call('ZADD', KEYS[2], 'NX', redis.call('GET', 'rtc:q:vclock') or '0', ARGV[2])
+  if ARGV[5] == '1' then
+    redis.call('LPUSH', KEYS[6], '1')
+    redis.call('LTRIM', KEYS[6], 0, 0)
+    redis.call('PEXPIRE', KEYS[6], 60000)
+  end
 else
   make_ready(ARGV[2], false)
 end
@@ -213,6 +219,12 @@ redis.call('DEL', KEYS[2])
 return 1
 """
 
+# KEYS: lock, resume. ARGV: token, item.
+_DROP_RESUMES = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+return redis.call('LREM', KEYS[2], 0, ARGV[2])
+"""
+
 # KEYS: lock, held. ARGV: token, lease_ms, now_ms, session id.
 _RENEW = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
@@ -260,10 +272,11 @@ def enqueue(
     by an earlier enqueue is used.
     """
     get_redis().eval(
-        _ENQUEUE, 5,
+        _ENQUEUE, 6,
         _k(session_id, "resume" if resume else "msg"), READY, BELL, _k(session_id, "user"),
-        _k(session_id, "lock"),
+        _k(session_id, "lock"), _k(session_id, "wake"),
         json.dumps(item), session_id, "" if user_id is None else str(user_id), OWNER_TTL,
+        "1" if resume else "",
     )
 
 
@@ -272,12 +285,13 @@ def enqueue_message(session_id: object, message_id: object, *, user_id: object =
     enqueue(str(session_id), {"kind": "message", "message_id": str(message_id)}, user_id=user_id)
 
 
+def _resume_item(turn_id: object) -> dict[str, Any]:
+    return {"kind": "resume", "turn_id": str(turn_id)}
+
+
 def enqueue_resume(session_id: object, turn_id: object, *, user_id: object = None) -> None:
     """Queue the continuation of a turn (its RTC finished, or nobody was running it)."""
-    enqueue(
-        str(session_id), {"kind": "resume", "turn_id": str(turn_id)}, resume=True,
-        user_id=user_id,
-    )
+    enqueue(str(session_id), _resume_item(turn_id), resume=True, user_id=user_id)
 
 
 def pending(session_id: str) -> dict[str, int]:
@@ -370,6 +384,29 @@ class Hold:
         )
         self.lost = self.lost or not ok
         return ok
+
+    # --- a turn waiting in place for its RTC's result (``DjangoTurnPorts.await_result``) ---
+
+    @property
+    def wake_key(self) -> str:
+        """Where ``enqueue`` pushes a wake-up; dropped before the waiter's RTC is created."""
+        return _k(self.session_id, "wake")
+
+    def wait_for_wake(self, timeout: float) -> bool:
+        """Block until a resume item of this session is enqueued (while held, ``enqueue``
+        also pushes a wake-up) or ``timeout`` seconds pass; True when woken. A hint, like the
+        bell: the caller reads the state it waits for either way."""
+        woken = get_redis().blpop([self.wake_key], timeout=max(0.01, timeout))
+        return woken is not None
+
+    def drop_resumes(self, turn_id: object) -> int:
+        """Remove the queued resume items of ``turn_id``: this holder continues the turn in
+        place, so the items its RTC's result queued have nothing left to do. Returns how many
+        there were (0 when the hold is lost)."""
+        return int(get_redis().eval(
+            _DROP_RESUMES, 2, *self._keys("lock", "resume"), self.token,
+            json.dumps(_resume_item(turn_id)),
+        ))
 
     def yield_session(self) -> None:
         """Give the session up while it still has work: it goes to the back of its owner's

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -98,14 +99,21 @@ def open_stream(llm: ChatModel, messages: list[dict[str, Any]],
 class WatchedModel:
     """The turn's model client, handing each open response's abort to the turn's watch."""
 
-    def __init__(self, llm: ChatModel, watch: Any) -> None:
+    def __init__(self, llm: ChatModel, watch: Any,
+                 opened: Callable[[], None] | None = None) -> None:
         self.inner = llm
         self.watch = watch
         self.model = getattr(llm, "model", None)
+        self.opened = opened  # called once a request is out (its response open)
 
     def stream(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, *,
                should_cancel: Callable[[], bool] | None = None) -> Iterator[Event]:
-        return open_stream(self.inner, messages, tools, should_cancel, self.watch.set_abort)
+        def on_open(abort: Callable[[], None] | None) -> None:
+            self.watch.set_abort(abort)
+            if abort is not None and self.opened is not None:
+                self.opened()
+
+        return open_stream(self.inner, messages, tools, should_cancel, on_open)
 
 
 class TurnEnded(BaseException):
@@ -147,6 +155,12 @@ class DjangoTurnPorts:
         self._turn_offset: int | None = None  # the next message's turn_offset (see _new_message)
         self._fresh = False  # see began_here
         self._rtc_count = 0  # the turn's RTCs so far, when ``_fresh``
+        # ``await_result``: the worker's hold of the session and its stop event, and how long
+        # (seconds) a result may be waited for in place; 0 (ports made outside a worker) never
+        self.hold: Any = None
+        self.stopping: threading.Event | None = None
+        self.result_wait = 0.0
+        self._made: dict[str, bool] = {}  # RTCs created by this run -> whether a person approves
         self.tid = str(turn.id)
         self.user_id = turn.user_id
         self._streams: dict[tuple[int, str], Message] = {}
@@ -161,7 +175,8 @@ class DjangoTurnPorts:
         from apps.live import interrupts
 
         self.watch = interrupts.watch(self.tid)
-        self.llm = WatchedModel(llm, self.watch)  # type: ignore[assignment]
+        self.llm = WatchedModel(  # type: ignore[assignment]
+            llm, self.watch, opened=lambda: self.settle(quiet=True))
 
     def close(self) -> None:
         """The worker is done with this run of the turn."""
@@ -201,8 +216,8 @@ class DjangoTurnPorts:
 
     def prompt(self, cp: Checkpoint, tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
         """The next request (``apps.turns.context``): the conversation from the database,
-        this turn's answers included, laid out for the cache and compacted as needed."""
-        self.settle()
+        this turn's answers included, laid out for the cache and compacted as needed. The last
+        answer's accounting waits until this request is out (``settle``)."""
         self._step = cp.step
         return self.context.build(cp, tools).messages
 
@@ -369,6 +384,8 @@ class DjangoTurnPorts:
             if kind == "markdown":
                 answer = msg
             self._update_message(msg, **fields)
+        self.settle()  # an earlier answer whose request never opened (a model without
+        # ``on_open``, a failed attempt): accounted first, in order
         built: Built | None = self.context.last
         bill = {
             "turn_id": self.turn.id, "session_id": self.session.id,
@@ -382,11 +399,13 @@ class DjangoTurnPorts:
     def settle(self, *, quiet: bool = False) -> None:
         """Account for the last answer (``accounting.record_answer``) if not done yet.
 
-        ``finish_answer`` leaves it for the next step so that a tool pause is not kept waiting
-        for the bookkeeping: a browser tool's RTC reaches the browser first and the answer is
-        accounted right after its commit; every other next step (a server tool, a result, the
-        next prompt, the turn's end or pause) settles it first, and the worker settles it
-        after ``advance`` whatever happened (``quiet``: a failure is logged, not raised)."""
+        ``finish_answer`` leaves it for later, so that neither a tool pause nor its resume
+        waits for the bookkeeping: after a browser tool's call it is done once the next
+        model request is out (``WatchedModel.opened``: while the model thinks, when the
+        server's core is otherwise idle), or when the turn pauses, ends, runs a server tool,
+        or compacts; the worker settles it after ``advance`` whatever happened (``quiet``: a
+        failure is logged, not raised; the request-open hook is quiet too, so that a failed
+        bookkeeping never retries or fails the model's answer)."""
         bill, self._unbilled = self._unbilled, None
         if bill is None:
             return
@@ -399,7 +418,8 @@ class DjangoTurnPorts:
 
     def _summary_usage(self, usage: Usage) -> None:
         """A compaction's summary call inside this turn: billed, the context fields left alone
-        (its prompt is not the conversation)."""
+        (its prompt is not the conversation). After the answer before it, in their order."""
+        self.settle()
         accounting.record_answer(
             turn_id=self.turn.id, session_id=self.session.id, message_id=None, step=self._step,
             model=self.profile.name, usage=usage, prompt_estimate=0, shared_prefix_ratio=None,
@@ -484,7 +504,6 @@ class DjangoTurnPorts:
         """The ``toolcall_output`` message: the same ``ToolCall`` with ``output`` (what the model
         sees) and ``status``; its parent is the ``toolcall_input`` message, and the call's RTC
         (if it had one) gets it as ``output_message_id``."""
-        self.settle()
         ck = _call_key(call["id"])
         call_msg = self._call_message(step, call)
         data = ToolCallOutput.make(
@@ -509,7 +528,9 @@ class DjangoTurnPorts:
         this thread lets the session go (a resume is taken only then); its older copy is
         dropped before the transaction (``state.checkpoint_invalidate``)."""
         self._check_hold()
-        state.checkpoint_invalidate(self.tid)
+        # with the session's wake-up (``await_result``): a result can only come after the commit
+        state.checkpoint_invalidate(
+            self.tid, also=(self.hold.wake_key,) if self.hold is not None else ())
         with transaction.atomic():
             # One RTC per call message (this step's call): ids like "call_0" recur across the
             # answers of one turn, so the id alone would find an earlier call's RTC.
@@ -536,13 +557,13 @@ class DjangoTurnPorts:
                         deadline=timezone.now() + rtc_tools.deadline_for(call["name"]),
                     )
                     self._rtc_count += 1
+                    self._made[str(rtc.id)] = rtc.needs_approval
                     items.append(item("rtc", "created", rtc.id))
                     data_list.append(rtc_to_dict(rtc))
             saved = {**cp.to_json(), "waiting_rtc": "" if rtc is None else str(rtc.id)}
             state.checkpoint_store(self.tid, saved)
             self._publish(items, data_list)
         state.checkpoint_cache(self.tid, saved)
-        self.settle()  # after the commit: the browser has the RTC, the answer is accounted
         return saved["waiting_rtc"]
 
     def _host_class(self, name: str) -> str | None:
@@ -553,6 +574,36 @@ class DjangoTurnPorts:
         finished = rtc.status in TERMINAL_RTC_STATUSES
         text = rtc_tools.output_for_model(rtc.status, rtc.result, rtc.error_message)
         return RtcOutcome(finished, text, rtc.status)
+
+    def await_result(self, rtc_id: str) -> RtcOutcome:
+        """Wait up to ``result_wait`` seconds for the result of an RTC this run created, so that
+        a quick browser tool continues the turn in place: no move to interrupted and back, no
+        second claim of the session, no new ports reading the turn, its session and checkpoint
+        again. Meanwhile the turn stays running and its session held (the lease is renewed as
+        for any item). Not for a call a person must approve first, nor once the worker stops,
+        the turn is stopped or the hold is lost. Returns the RTC's outcome, finished or not.
+
+        The result's resume item (queued by ``rtc_submit_result`` after its commit) wakes this
+        wait (``Hold.wait_for_wake``) and is then dropped: the turn goes on here. A crash from
+        then on leaves a running turn that nobody holds, which the sweeper resumes
+        (``Worker.resume_orphans``), as after a crash at any other step."""
+        hold, budget = self.hold, self.result_wait
+        if hold is None or budget <= 0 or self._made.get(rtc_id, True):
+            return self.rtc_outcome(rtc_id)
+        # No read first: the RTC was created pending, and its transaction was preceded by the
+        # drop of the session's wake-up (``create_rtc``), so a result committed since has
+        # pushed one. The RTC is read after each wake-up, and each quarter second (a wake-up
+        # is lost with its enqueue when Redis fails it, the resume's own fallback).
+        deadline = time.monotonic() + budget
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or self.should_cancel() or (self.stopping and self.stopping.is_set()):
+                return self.rtc_outcome(rtc_id)
+            hold.wait_for_wake(min(left, 0.25))
+            outcome = self.rtc_outcome(rtc_id)
+            if outcome.finished:
+                hold.drop_resumes(self.tid)
+                return outcome
 
     # --- lifecycle --------------------------------------------------------------------------
 

@@ -116,15 +116,17 @@ def checkpoint_cache(turn_id: str, data: dict[str, Any]) -> None:
         raise CheckpointNotCached(turn_id) from exc
 
 
-def checkpoint_invalidate(turn_id: str) -> None:
+def checkpoint_invalidate(turn_id: str, *, also: tuple[str, ...] = ()) -> None:
     """Before a transaction that stores a newer checkpoint (``checkpoint_store``), whose Redis
     copy can only follow its commit: drop Redis's copy now, so that a crash between that commit
     and the copy leaves none (a load then reads PostgreSQL's) rather than an older one, which
     would repeat a step that is not idempotent (an answer whose call became an RTC: the model
     asked again might call something else). ``CheckpointNotCached`` when Redis refuses (the
-    turn pauses before the transaction; DEL needs no memory, so a full Redis still takes it)."""
+    turn pauses before the transaction; DEL needs no memory, so a full Redis still takes it).
+    ``also``: other keys to drop in the same round trip (the session's wake-up,
+    ``Hold.wake_key``)."""
     try:
-        get_redis().delete(_cp(turn_id))
+        get_redis().delete(_cp(turn_id), *also)
     except redis.RedisError as exc:
         log.error("checkpoint of turn %s: Redis's copy could not be dropped before a save "
                   "(%s: %s); the turn waits until Redis takes writes", turn_id,

@@ -354,6 +354,11 @@ class Worker:
         with the turn still ``running``: the sweeper resumes it from PostgreSQL."""
         hold = self._hold
         ports = ports_for(turn, self.llm_factory(), lambda: bool(hold and hold.lost), session)
+        # a browser tool's quick result continues the turn here (``await_result``); only under
+        # a queue hold, whose wake-ups it waits on (not when a caller runs an item directly)
+        ports.hold = hold if isinstance(hold, queue.Hold) else None
+        ports.stopping = self.stopping
+        ports.result_wait = float(rtc_setting("RESULT_WAIT"))
         if messages is not None:
             ports.began_here(messages=messages)
         try:

@@ -1,0 +1,266 @@
+"""A browser tool's quick result continues its turn in place (``RTC_RESULT_WAIT``,
+``DjangoTurnPorts.await_result``), against the real database, Redis, queue and scripted model.
+
+The worker that created the RTC keeps the turn (running, its session held) for up to
+``RESULT_WAIT`` seconds; a result in that time goes on in the same run, without the turn
+becoming interrupted and without a second claim; a slower one finds the turn interrupted, as
+before. A stop, the worker's shutdown or a call a person must approve end the wait at once.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from apps.gateway.models import TopicEvent
+from apps.rtc.models import Rtc
+from apps.rtc.services import rtc_submit_result
+from apps.sessions.models import Message, Session
+from apps.sessions.services import message_send
+from apps.turns import queue
+from apps.turns.models import Turn
+from apps.turns.services import turn_stop
+from apps.turns.worker import Worker
+from rtcagent.devtools.scripted_llm import ScriptedLLM
+from rtcagent.redis import get_redis
+
+pytestmark = [pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def wait_for(settings: Any) -> Callable[[float], None]:
+    def set_wait(seconds: float) -> None:
+        settings.RTCAGENT = {**settings.RTCAGENT, "RESULT_WAIT": seconds}
+    return set_wait
+
+
+@pytest.fixture
+def llm() -> Iterator[ScriptedLLM]:
+    with ScriptedLLM(api_key="k") as model:
+        yield model
+
+
+def _worker(llm: ScriptedLLM) -> Worker:
+    from apps.turns.llm import OpenAIChat
+
+    return Worker(llm_factory=lambda: OpenAIChat(api_key="k", base_url=llm.base_url), turns=1)
+
+
+def _claim_and_run(worker: Worker) -> queue.Hold:
+    """What a turn thread does with one item: claim, take, handle, ack; the hold is kept (not
+    yielded) so that the test can look at what is left in the session's lists."""
+    hold = queue.claim(lease_ms=30000)
+    assert hold is not None
+    work = hold.take()
+    worker._hold = hold
+    try:
+        worker.handle(hold.session_id, work)
+    finally:
+        worker._hold = None
+    hold.ack()
+    return hold
+
+
+def _send(user: Any) -> Session:
+    sent = message_send(user_id=user.id, device_id="d1", client_id=f"c-{time.monotonic_ns()}",
+                        content={"type": "text", "data": "read it"})
+    return sent.session
+
+
+def _in_thread(fn: Callable[[], None]) -> threading.Thread:
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        from django.db import connection
+
+        try:
+            fn()
+        except BaseException as exc:  # re-raised by the test's join
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.errors = errors  # type: ignore[attr-defined]
+    thread.start()
+    return thread
+
+
+def _join(thread: threading.Thread) -> None:
+    thread.join(10)
+    assert not thread.is_alive()
+    for exc in thread.errors:  # type: ignore[attr-defined]
+        raise exc
+
+
+def _browser(user: Any, session: Session, *, delay: float = 0.0) -> threading.Thread:
+    """The browser: waits for the session's RTC, then (after ``delay``) submits its result."""
+    def answer() -> None:
+        deadline = time.monotonic() + 10
+        while (rtc := Rtc.objects.filter(session_id=session.id).first()) is None:
+            assert time.monotonic() < deadline, "no RTC was created"
+            time.sleep(0.01)
+        time.sleep(delay)
+        rtc_submit_result(user_id=user.id, rtc_id=rtc.id, success=True, result="the notes",
+                          client_id="tab-1", device_id="d1")
+    return _in_thread(answer)
+
+
+def _turn_statuses(turn: Turn) -> list[str]:
+    """The statuses the turn was published with, in order."""
+    out = []
+    for row in TopicEvent.objects.filter(user_id=turn.user_id, kind="update").order_by("offset"):
+        for it, data in zip(row.data["items"], row.data["data_list"], strict=True):
+            if it["entity"] == "turn" and it["entity_id"] == str(turn.id):
+                out.append(data["status"])
+    return out
+
+
+def _script(llm: ScriptedLLM, tool: str = "read") -> None:
+    llm.enqueue({"content": "Reading.", "tool_calls": [
+        {"name": tool, "arguments": {"path": "/a.md"} if tool == "read" else {"code": "1"}}]})
+    llm.enqueue({"content": "Done."})
+
+
+def test_a_quick_result_continues_the_turn_in_place(make_user, llm, wait_for) -> None:
+    wait_for(5.0)
+    user = make_user()
+    _script(llm)
+    session = _send(user)
+    browser = _browser(user, session)
+    started = time.monotonic()
+    hold = _claim_and_run(_worker(llm))
+    _join(browser)
+
+    turn = Turn.objects.get(session_id=session.id)
+    assert turn.status == "completed"
+    assert time.monotonic() - started < 5.0  # it did not wait the whole time
+    # one run, one claim: the result's resume item was dropped, nothing is left to take
+    assert hold.taken == 1
+    assert queue.pending(str(session.id)) == {"resume": 0, "msg": 0, "inflight": 0}
+    assert hold.take() is None
+    # the turn went on without pausing: never published as interrupted
+    assert "interrupted" not in _turn_statuses(turn)
+    assert _turn_statuses(turn)[-1] == "completed"
+    # the model had the result after its call, and the messages are in order
+    assert len(llm.requests) == 2
+    last = llm.requests[1].body["messages"]
+    assert [m["role"] for m in last[-2:]] == ["assistant", "tool"]
+    assert "the notes" in last[-1]["content"]
+    rows = list(Message.objects.filter(turn=turn).order_by("global_offset")
+                .values_list("content__type", "turn_offset"))
+    assert rows == [("text", 0), ("markdown", 1), ("toolcall_input", 2),
+                    ("toolcall_output", 3), ("markdown", 4)]
+    assert Rtc.objects.get(turn=turn).output_message_id is not None
+
+
+def test_a_result_slower_than_the_wait_finds_the_turn_interrupted(
+        make_user, llm, wait_for) -> None:
+    wait_for(0.3)
+    user = make_user()
+    _script(llm)
+    session = _send(user)
+    started = time.monotonic()
+    hold = _claim_and_run(_worker(llm))
+    waited = time.monotonic() - started
+
+    turn = Turn.objects.get(session_id=session.id)
+    assert turn.status == "interrupted"
+    assert waited >= 0.3
+    assert hold.take() is None  # nothing to do: the session is let go
+    rtc = Rtc.objects.get(turn=turn)
+    rtc_submit_result(user_id=user.id, rtc_id=rtc.id, success=True, result="the notes",
+                      client_id="tab-1", device_id="d1")
+    _claim_and_run(_worker(llm))
+    turn.refresh_from_db()
+    assert turn.status == "completed"
+    assert _turn_statuses(turn)[-3:] == ["interrupted", "running", "completed"]
+    assert "the notes" in llm.requests[1].body["messages"][-1]["content"]
+
+
+def test_a_stop_ends_the_wait_and_cancels_the_turn(make_user, llm, wait_for) -> None:
+    wait_for(5.0)
+    user = make_user()
+    _script(llm)
+    session = _send(user)
+
+    def stop() -> None:
+        while not Rtc.objects.filter(session_id=session.id).exists():
+            time.sleep(0.01)
+        turn_stop(user_id=user.id, session_id=session.id)
+
+    stopper = _in_thread(stop)
+    started = time.monotonic()
+    _claim_and_run(_worker(llm))
+    _join(stopper)
+
+    assert time.monotonic() - started < 3.0
+    turn = Turn.objects.get(session_id=session.id)
+    assert turn.status == "cancelled"
+    rtc = Rtc.objects.get(turn=turn)
+    assert rtc.status == "failed" and rtc.error_message == "the turn was stopped"
+    assert len(llm.requests) == 1  # the model was not asked again
+
+
+def test_a_worker_shutting_down_lets_the_turn_go_at_once(make_user, llm, wait_for) -> None:
+    wait_for(5.0)
+    user = make_user()
+    _script(llm)
+    session = _send(user)
+    worker = _worker(llm)
+
+    def shut_down() -> None:
+        while not Rtc.objects.filter(session_id=session.id).exists():
+            time.sleep(0.01)
+        worker.stopping.set()
+
+    stopper = _in_thread(shut_down)
+    started = time.monotonic()
+    _claim_and_run(worker)
+    _join(stopper)
+
+    assert time.monotonic() - started < 3.0
+    turn = Turn.objects.get(session_id=session.id)
+    assert turn.status == "interrupted"  # another worker resumes it when the result comes
+
+
+def test_a_call_a_person_must_approve_is_not_waited_for(make_user, llm, wait_for) -> None:
+    wait_for(5.0)
+    user = make_user()
+    _script(llm, tool="script")  # runs code: approved first in the default work mode
+    session = _send(user)
+    started = time.monotonic()
+    _claim_and_run(_worker(llm))
+
+    assert time.monotonic() - started < 3.0
+    rtc = Rtc.objects.get(session_id=session.id)
+    assert rtc.needs_approval
+    assert Turn.objects.get(session_id=session.id).status == "interrupted"
+
+
+def test_a_resume_wakes_only_a_holder(make_user) -> None:
+    """``enqueue`` pushes the wake-up only while the session is held (only a holder waits), and
+    ``drop_resumes`` needs the hold."""
+    user = make_user()
+    sid = str(Session.objects.create(user=user).id)
+    wake = queue._k(sid, "wake")
+    queue.enqueue_resume(sid, "t-1", user_id=user.id)
+    assert not get_redis().exists(wake)
+
+    hold = queue.claim(lease_ms=30000)
+    assert hold is not None and hold.session_id == sid
+    assert not hold.wait_for_wake(0.05)
+    queue.enqueue_resume(sid, "t-1", user_id=user.id)
+    queue.enqueue_resume(sid, "t-2", user_id=user.id)
+    assert hold.wait_for_wake(1.0)
+    assert hold.drop_resumes("t-1") == 2  # both of t-1's items, not t-2's
+    assert queue.pending(sid)["resume"] == 1
+
+    other = queue.Hold(sid, "not-the-token", 30000)
+    assert other.drop_resumes("t-2") == 0
+    assert queue.pending(sid)["resume"] == 1
+    assert hold.take() == {"kind": "resume", "turn_id": "t-2"}
