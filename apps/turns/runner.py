@@ -584,9 +584,9 @@ class DjangoTurnPorts:
         the turn is stopped or the hold is lost. Returns the RTC's outcome, finished or not.
 
         The result's resume item (queued by ``rtc_submit_result`` after its commit) wakes this
-        wait (``Hold.wait_for_wake``) and is then dropped: the turn goes on here. A crash from
-        then on leaves a running turn that nobody holds, which the sweeper resumes
-        (``Worker.resume_orphans``), as after a crash at any other step."""
+        wait (``Hold.wait_for_wake``) and is then dropped: the turn goes on here. A crash while
+        waiting or after is a crash mid-item: the item being run (the message or resume that
+        began this run) is not acknowledged, and comes back to the next holder."""
         hold, budget = self.hold, self.result_wait
         if hold is None or budget <= 0 or self._made.get(rtc_id, True):
             return self.rtc_outcome(rtc_id)
@@ -599,11 +599,13 @@ class DjangoTurnPorts:
             left = deadline - time.monotonic()
             if left <= 0 or self.should_cancel() or (self.stopping and self.stopping.is_set()):
                 return self.rtc_outcome(rtc_id)
-            hold.wait_for_wake(min(left, 0.25))
+            woken = hold.wait_for_wake(min(left, 0.25))
             outcome = self.rtc_outcome(rtc_id)
             if outcome.finished:
                 hold.drop_resumes(self.tid)
                 return outcome
+            if not woken:  # a slow tool: the answer is accounted now, while nothing else runs
+                self.settle()
 
     # --- lifecycle --------------------------------------------------------------------------
 

@@ -75,6 +75,36 @@ async def test_worker_killed_while_an_rtc_waits(gateway, model, make_workers, ma
     assert final[-1] == {"role": "tool", "tool_call_id": "c1", "content": "a.md"}
 
 
+async def test_worker_killed_while_it_waits_for_a_result_in_place(
+        gateway, model, make_workers, make_user):
+    """The worker holds the turn (running) while it waits for the result (``RTC_RESULT_WAIT``)
+    and is killed there: the item it was running comes back after the lease, and the new
+    worker takes the turn up waiting on the same RTC; the result, sent after the kill, is
+    recorded once and the model asked once more."""
+    model.add_rule({"last_user_contains": "look"}, {"tool_calls": [
+        {"id": "c1", "name": "ls", "arguments": {"path": "/"}}]})
+    model.add_rule({"last_tool_result_contains": "a.md"}, {"content": "You have a.md."})
+    workers = make_workers(1, RTC_RESULT_WAIT="60", RTC_WORKER_LEASE_MS="2000")
+    user = await sync_to_async(make_user)()
+    async with Browser(gateway, user) as tab:
+        sid = (await tab.send("look around"))["result"]["session_id"]
+        rtc = await tab.pending_rtc(sid)
+        await asyncio.sleep(0.3)  # the worker is waiting now, the turn still running
+        turn = await sync_to_async(Turn.objects.get)(session_id=sid)
+        assert turn.status == "running"
+        workers.kill()
+        await tab.submit(rtc["id"], "a.md")
+        make_workers(1, RTC_WORKER_LEASE_MS="2000")
+        await tab.turn_status(sid, "completed", within=40)
+    c = await counts(sid)
+    assert c["rtcs"] == c["distinct_rtc_calls"] == 1
+    assert c["messages"] == c["distinct_keys"]
+    assert len(model.requests) == 2
+    final = model.requests[-1].body["messages"]
+    assert final[-2]["tool_calls"][0]["id"] == "c1"
+    assert final[-1] == {"role": "tool", "tool_call_id": "c1", "content": "a.md"}
+
+
 async def test_a_lost_resume_is_found_by_the_sweeper(gateway, model, make_workers, make_user):
     """The result committed but its resume never reached the queue (the web process died
     between the two): the sweeper notices the waiting turn and resumes it."""

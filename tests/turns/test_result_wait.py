@@ -22,7 +22,7 @@ from apps.rtc.services import rtc_submit_result
 from apps.sessions.models import Message, Session
 from apps.sessions.services import message_send
 from apps.turns import queue
-from apps.turns.models import Turn
+from apps.turns.models import LLMCall, Turn
 from apps.turns.services import turn_stop
 from apps.turns.worker import Worker
 from rtcagent.devtools.scripted_llm import ScriptedLLM
@@ -156,6 +156,38 @@ def test_a_quick_result_continues_the_turn_in_place(make_user, llm, wait_for) ->
     assert rows == [("text", 0), ("markdown", 1), ("toolcall_input", 2),
                     ("toolcall_output", 3), ("markdown", 4)]
     assert Rtc.objects.get(turn=turn).output_message_id is not None
+    # each answer accounted once (the first once the second request was out)
+    assert list(LLMCall.objects.filter(turn=turn).order_by("step")
+                .values_list("step", flat=True)) == [0, 1]
+
+
+def test_a_slow_tools_answer_is_accounted_while_the_worker_waits(
+        make_user, llm, wait_for) -> None:
+    """The wait's first quiet quarter second is used for the answer's bookkeeping: the browser
+    here answers only once the first answer is accounted, and the turn still goes on in
+    place."""
+    wait_for(5.0)
+    user = make_user()
+    _script(llm)
+    session = _send(user)
+
+    def answer_once_accounted() -> None:
+        deadline = time.monotonic() + 5
+        while not LLMCall.objects.filter(session_id=session.id).exists():
+            assert time.monotonic() < deadline, "the answer was not accounted while waiting"
+            time.sleep(0.02)
+        rtc = Rtc.objects.get(session_id=session.id)
+        assert rtc.status == "pending"
+        rtc_submit_result(user_id=user.id, rtc_id=rtc.id, success=True, result="the notes",
+                          client_id="tab-1", device_id="d1")
+
+    browser = _in_thread(answer_once_accounted)
+    hold = _claim_and_run(_worker(llm))
+    _join(browser)
+    turn = Turn.objects.get(session_id=session.id)
+    assert turn.status == "completed" and hold.taken == 1
+    assert "interrupted" not in _turn_statuses(turn)
+    assert LLMCall.objects.filter(turn=turn).count() == 2
 
 
 def test_a_result_slower_than_the_wait_finds_the_turn_interrupted(
