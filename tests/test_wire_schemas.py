@@ -94,8 +94,9 @@ async def test_every_reply_and_update_matches_its_schema(gateway, pool, model, m
         # A turn with reasoning, an answer, a browser tool call and a refused one.
         sent = await call.send("take a note", agent_prompt="Be brief.")
         sid = sent["result"]["session_id"]
-        assert sent["result"]["turn_id"] == ""
+        turn_id = sent["result"]["turn_id"]  # created with the message: nothing ahead of it
         rtc = await tab.pending_rtc(sid)
+        assert rtc["turn_id"] == turn_id
         await tab.turn_status(sid, "interrupted")
         for status in ("sent", "executing", "executing"):  # the repeat is a success, no Update
             reply = await call("v1.rtc.update_status", {"rtc_id": rtc["id"], "status": status})
@@ -233,17 +234,16 @@ async def test_the_checker_refuses_unknown_missing_and_mistyped_fields(
     from apps.rtc.models import Rtc
     from apps.sessions.services import message_send
     from apps.turns import queue
-    from apps.turns.models import Turn
 
     # The module's workers (``pool``, started by an earlier test) would take the message and
-    # open a turn of their own, which the turn made below would then collide with: not queued.
+    # run its turn, which the RTC made below belongs to: not queued.
     monkeypatch.setattr(queue, "enqueue_message", lambda *args, **kwargs: None)
 
     def rows() -> tuple[dict, dict, dict]:
         user = make_user()
         sent = message_send(user_id=user.id, device_id="", client_id="c-1",
                             content={"type": "user_message", "data": {"text": "hi"}})
-        turn = Turn.objects.create(session=sent.session, user=user)
+        turn = sent.turn  # created with the message (pending)
         rtc = Rtc.objects.create(session=sent.session, turn=turn, user=user, tool_call_id="c",
                                  tool_name="ls", parameters={})
         to_json = lambda d: json.loads(json.dumps(d))  # noqa: E731 - as a client decodes it

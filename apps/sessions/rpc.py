@@ -216,7 +216,7 @@ def message_send(ctx: RpcContext, params: dict[str, Any]) -> dict[str, Any]:
     )
     result = {
         "session_id": str(sent.session.id),
-        "turn_id": "",
+        "turn_id": str(sent.turn.id) if sent.turn is not None else "",
         "message_id": str(sent.message.id),
     }
     return {"result": result, "updates": sent.updates}

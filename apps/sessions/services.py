@@ -22,7 +22,7 @@ from django.utils import timezone
 
 from apps.attachments.validation import files_validate
 from apps.gateway.events import item, publish_update
-from apps.turns.models import Turn
+from apps.turns.models import ACTIVE_TURN_STATUSES, Turn, TurnStatus
 from rtcagent.conf import rtc_setting
 from rtcagent.errors import ClientIdConflict, InvalidRequest, InvalidState, NotFound, RateLimited
 from rtcagent.returning import update_returning
@@ -328,23 +328,45 @@ def _limit_counts(user_id: int, since: datetime | None) -> tuple[int, int]:
     elif connection.features.has_select_for_update:
         lock += " FOR UPDATE"
     # Table names from the models; every value is bound.
+    # Waiting: a message without its turn yet, or with its turn created but not started
+    # (``message_send`` creates it pending); started: the others created since ``since``.
     counts = (
         f"SELECT (SELECT COUNT(*) FROM {Message._meta.db_table} m"  # noqa: S608
         f" JOIN {Session._meta.db_table} s ON s.id = m.session_id"
         " WHERE m.user_id = %s AND m.role = %s AND m.turn_id IS NULL"
         " AND m.deleted_at IS NULL AND s.deleted_at IS NULL"
-        " AND m.client_id <> '' AND substr(m.client_id, 1, %s) <> %s),"
+        " AND m.client_id <> '' AND substr(m.client_id, 1, %s) <> %s)"
+        f" + (SELECT COUNT(*) FROM {Turn._meta.db_table} t WHERE t.user_id = %s AND t.status = %s),"
         f" (SELECT COUNT(*) FROM {Turn._meta.db_table} t"
-        " WHERE t.user_id = %s AND t.created_at > %s AND %s)"
+        " WHERE t.user_id = %s AND t.created_at > %s AND t.status <> %s AND %s)"
     )
     stamp = connection.ops.adapt_datetimefield_value(since or timezone.now())
     prefix = RESERVED_CLIENT_ID_PREFIX
     with connection.cursor() as cursor:
         cursor.execute(lock, [user_id])
-        cursor.execute(counts, [user_id, MessageRole.USER, len(prefix), prefix, user_id, stamp,
-                                since is not None])
+        cursor.execute(counts, [user_id, MessageRole.USER, len(prefix), prefix,
+                                user_id, TurnStatus.PENDING,
+                                user_id, stamp, TurnStatus.PENDING, since is not None])
         queued, started = cursor.fetchone()
     return int(queued), int(started)
+
+
+def _turn_may_start(session_id: uuid.UUID) -> bool:
+    """Whether a message sent now to this session may have its turn at once, created with it:
+    no turn of the session is open and no earlier message waits for its own (it would run
+    first). Written as SQL for the same reason as ``_limit_counts``: every send asks."""
+    sid = Message._meta.get_field("session").get_db_prep_value(session_id, connection)
+    active = ", ".join(["%s"] * len(ACTIVE_TURN_STATUSES))
+    sql = (
+        f"SELECT EXISTS (SELECT 1 FROM {Turn._meta.db_table} t"  # noqa: S608 - model names
+        f" WHERE t.session_id = %s AND t.status IN ({active}))"
+        f" OR EXISTS (SELECT 1 FROM {Message._meta.db_table} m WHERE m.session_id = %s"
+        " AND m.role = %s AND m.turn_id IS NULL AND m.deleted_at IS NULL AND m.client_id <> '')"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [sid, *ACTIVE_TURN_STATUSES, sid, MessageRole.USER])
+        (busy,) = cursor.fetchone()
+    return not busy
 
 
 def turn_limits_check(*, user_id: int, client_id: str) -> None:
@@ -490,6 +512,7 @@ class MessageSent:
     session: Session
     message: Message
     updates: list[dict[str, Any]]
+    turn: Turn | None = None  # created with the message (pending), when nothing was ahead of it
 
 
 def _title_from(content: dict[str, Any]) -> str:
@@ -517,11 +540,12 @@ def message_send(
     (``turn_limits_check``) it is ``RateLimited`` and nothing is written either. The sending
     device becomes the session's executing device. ``agent_prompt`` is a snapshot taken when the
     session is created (as the original's AGENT.md); later sends never change it. The turn is
-    started by a worker: after commit the message is queued behind any turn still running in
-    the session, in order.
+    run by a worker: after commit the message is queued behind any turn still running in the
+    session, in order. When nothing is ahead of it (``_turn_may_start``), its turn is created
+    here, ``pending``, in the same transaction and Update (the session made active), so that
+    the worker starts at once on the model request; the turn moves to running with its first
+    write (``DjangoTurnPorts.begin``). Otherwise the worker creates it when its time comes.
     """
-    from apps.turns.queue import enqueue_message
-
     content = validate_content(content, allowed=USER_CONTENT_TYPES)
     validate_files(user_id=user_id, content=content)
     if not client_id:
@@ -540,62 +564,98 @@ def message_send(
     # A reused client_id fails the message's insert (the unique constraint, which also orders
     # two sends racing with it); the whole transaction (or the caller's savepoint) is rolled
     # back before the existing message is looked up, so no savepoint of its own is needed
-    # around the insert (two round trips on every send).
-    try:
-        with transaction.atomic():
-            turn_limits_check(user_id=user_id, client_id=client_id)
-            created = not server_session_id
-            if created:
-                offset = 1  # the session's first message
-                session = Session.objects.create(
-                    user_id=user_id, client_session_id=client_session_id,
-                    title=_title_from(content), device_id=device_id,
-                    agent_prompt=agent_prompt or "", work_mode=work_mode or WorkMode.EDIT,
-                    status=SessionStatus.IDLE, host_functions=host_functions or [],
-                    last_message_offset=offset,
-                )
-            else:
-                # One statement finds the session, applies the send's changes, takes the
-                # message's offset (the row stays locked until commit, which orders concurrent
-                # senders) and reads back the snapshot the Update carries.
-                pk = as_uuid(server_session_id, "session")
-                changes: dict[str, Any] = {"updated_at": timezone.now(),
-                                           "last_message_offset": F("last_message_offset") + 1}
-                if device_id:
-                    changes["device_id"] = device_id
-                if work_mode is not None:
-                    changes["work_mode"] = work_mode
-                if host_functions is not None:
-                    changes["host_functions"] = host_functions
-                rows = update_returning(
-                    visible_sessions(user_id=user_id).filter(pk=pk).exclude(
-                        status=SessionStatus.CLOSED), **changes)
-                if not rows:
-                    session = session_get(user_id=user_id, session_id=pk)  # NotFound when not
-                    raise InvalidState(f"session {session.id} is closed; open it first")
-                session = rows[0]
-                offset = session.last_message_offset
-            message = Message(
-                session_id=session.id, user_id=user_id, client_id=client_id,
-                global_offset=offset, role=MessageRole.USER, content=content,
+    # around the insert (two round trips on every send). The turn created with the message
+    # may lose a race to another send of the session (the one-open-turn constraint): the
+    # send is then made again without it.
+    for with_turn in (True, False):
+        try:
+            return _message_send(
+                user_id=user_id, device_id=device_id, content=content, client_id=client_id,
+                client_session_id=client_session_id, server_session_id=server_session_id,
+                agent_prompt=agent_prompt, work_mode=work_mode, host_functions=host_functions,
+                with_turn=with_turn,
             )
-            message.save(force_insert=True)  # a reused client_id fails: below
-            update = publish_update(
-                user_id=user_id,
-                items=[
-                    item("session", "created" if created else "updated", session.id),
-                    item("message", "created", message.id),
-                ],
-                data_list=[session_to_dict(session), message_to_dict(message)],
+        except IntegrityError:
+            conflict = _conflict(user_id, client_id)
+            if conflict.details is not None:
+                raise conflict from None
+            if not with_turn:  # not the client_id's constraint, nor the turn's
+                raise
+    raise AssertionError("unreachable")
+
+
+def _message_send(
+    *, user_id: int, device_id: str, content: dict[str, Any], client_id: str,
+    client_session_id: str, server_session_id: uuid.UUID | str | None,
+    agent_prompt: str | None, work_mode: str | None,
+    host_functions: list[dict[str, Any]] | None, with_turn: bool,
+) -> MessageSent:
+    """``message_send``'s transaction (its arguments checked); ``with_turn``: create the turn
+    too when nothing is ahead of the message."""
+    from apps.turns.queue import enqueue_message
+    from apps.turns.serializers import turn_to_dict
+
+    with transaction.atomic():
+        turn_limits_check(user_id=user_id, client_id=client_id)
+        created = not server_session_id
+        pk = None if created else as_uuid(server_session_id, "session")
+        turn = None
+        if with_turn and (created or _turn_may_start(pk)):
+            turn = Turn(user_id=user_id, client_id=client_id, status=TurnStatus.PENDING)
+        status = SessionStatus.ACTIVE if turn is not None else SessionStatus.IDLE
+        if created:
+            offset = 1  # the session's first message
+            session = Session.objects.create(
+                user_id=user_id, client_session_id=client_session_id,
+                title=_title_from(content), device_id=device_id,
+                agent_prompt=agent_prompt or "", work_mode=work_mode or WorkMode.EDIT,
+                status=status, host_functions=host_functions or [],
+                last_message_offset=offset,
             )
-            # robust: a failing callback before this one must not drop the turn (the sweeper
-            # would still find the message, but only after RTC_ORPHAN_AFTER)
-            transaction.on_commit(
-                lambda: enqueue_message(session.id, message.id, user_id=user_id), robust=True
-            )
-    except IntegrityError:
-        conflict = _conflict(user_id, client_id)
-        if conflict.details is None:  # not the client_id's constraint
-            raise
-        raise conflict from None
-    return MessageSent(session=session, message=message, updates=[update])
+        else:
+            # One statement finds the session, applies the send's changes, takes the
+            # message's offset (the row stays locked until commit, which orders concurrent
+            # senders) and reads back the snapshot the Update carries.
+            changes: dict[str, Any] = {"updated_at": timezone.now(),
+                                       "last_message_offset": F("last_message_offset") + 1}
+            if turn is not None:
+                changes["status"] = status
+            if device_id:
+                changes["device_id"] = device_id
+            if work_mode is not None:
+                changes["work_mode"] = work_mode
+            if host_functions is not None:
+                changes["host_functions"] = host_functions
+            rows = update_returning(
+                visible_sessions(user_id=user_id).filter(pk=pk).exclude(
+                    status=SessionStatus.CLOSED), **changes)
+            if not rows:
+                session = session_get(user_id=user_id, session_id=pk)  # NotFound when not
+                raise InvalidState(f"session {session.id} is closed; open it first")
+            session = rows[0]
+            offset = session.last_message_offset
+        message = Message(
+            session_id=session.id, user_id=user_id, client_id=client_id,
+            global_offset=offset, role=MessageRole.USER, content=content,
+        )
+        items = [item("session", "created" if created else "updated", session.id),
+                 item("message", "created", message.id)]
+        data_list = [session_to_dict(session)]
+        if turn is not None:  # both rows refer to each other: the message's key is known
+            turn.session_id, turn.trigger_message_id = session.id, message.id
+            message.turn_id = turn.id
+        message.save(force_insert=True)  # a reused client_id fails: in message_send
+        data_list.append(message_to_dict(message))
+        if turn is not None:
+            turn.save(force_insert=True)  # another open turn fails: in message_send
+            items.append(item("turn", "created", turn.id))
+            data_list.append(turn_to_dict(turn))
+        update = publish_update(user_id=user_id, items=items, data_list=data_list)
+        # robust: a failing callback before this one must not drop the turn (the sweeper
+        # would still find the message, but only after RTC_ORPHAN_AFTER)
+        turn_id = turn.id if turn is not None else None
+        transaction.on_commit(
+            lambda: enqueue_message(session.id, message.id, user_id=user_id,
+                                    turn_id=turn_id), robust=True
+        )
+    return MessageSent(session=session, message=message, updates=[update], turn=turn)

@@ -22,13 +22,14 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
-from django.db.models import F
+from django.db.models import F, Q
 from django.utils import timezone
 
 from apps.gateway.events import item, publish_update
 from apps.sessions.models import Message, Session, SessionStatus
 from apps.sessions.selectors import session_get
 from apps.sessions.statemachine import apply_transition
+from apps.turns.models import TurnStatus
 from rtcagent.errors import InvalidRequest, InvalidState, NotFound, RateLimited
 
 from .limits import task_setting
@@ -171,11 +172,13 @@ def tick_at(loop: Loop, now: datetime) -> int:
 
 
 def _previous_waits(loop: Loop) -> bool:
-    """The loop's latest message has not started its turn yet."""
+    """The loop's latest message has not started its turn yet (it has none yet, or the one
+    created with it is still pending)."""
     last = (LoopRun.objects.filter(loop=loop, status=LoopRunStatus.SENT)
             .order_by("-tick").values_list("message_id", flat=True).first())
     return bool(last) and Message.objects.filter(
-        pk=last, turn__isnull=True, deleted_at__isnull=True
+        Q(turn__isnull=True) | Q(turn__status=TurnStatus.PENDING),
+        pk=last, deleted_at__isnull=True,
     ).exists()
 
 

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import uuid
 
+from django.db.models import Q
+
 from apps.sessions.models import Message, MessageRole
 from apps.sessions.pagination import Page, keyset_page, page_limit
 from apps.sessions.selectors import as_uuid, session_get
+from apps.turns.models import TurnStatus
 from rtcagent.errors import NotFound
 
 from .models import Goal, GoalStatus, Loop
@@ -51,10 +54,12 @@ def loop_list(
 
 
 def pending_user_message(session_id: uuid.UUID | str) -> bool:
-    """A user message of the session waits for its turn (sent, not yet started): whatever a
-    goal or loop would send now would only queue behind it."""
+    """A user message of the session waits for its turn (sent, not yet started: no turn yet, or
+    the one created with it still pending): whatever a goal or loop would send now would only
+    queue behind it."""
     return (
-        Message.objects.filter(session_id=session_id, role=MessageRole.USER, turn__isnull=True,
+        Message.objects.filter(Q(turn__isnull=True) | Q(turn__status=TurnStatus.PENDING),
+                               session_id=session_id, role=MessageRole.USER,
                                deleted_at__isnull=True)
         .exclude(client_id="")  # fork copies: history, never a turn
         .exists()

@@ -280,9 +280,14 @@ def enqueue(
     )
 
 
-def enqueue_message(session_id: object, message_id: object, *, user_id: object = None) -> None:
-    """Queue the turn for a user message (behind any turn of the session still open)."""
-    enqueue(str(session_id), {"kind": "message", "message_id": str(message_id)}, user_id=user_id)
+def enqueue_message(session_id: object, message_id: object, *, user_id: object = None,
+                    turn_id: object = None) -> None:
+    """Queue the turn for a user message (behind any turn of the session still open);
+    ``turn_id``: the turn created with it (``message_send``), which the worker runs."""
+    work = {"kind": "message", "message_id": str(message_id)}
+    if turn_id is not None:
+        work["turn_id"] = str(turn_id)
+    enqueue(str(session_id), work, user_id=user_id)
 
 
 def _resume_item(turn_id: object) -> dict[str, Any]:

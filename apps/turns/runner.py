@@ -44,7 +44,7 @@ from apps.turns.conversation import conversation_for
 from apps.turns.engine import Checkpoint, RtcOutcome
 from apps.turns.llm import ChatModel, Event, Usage
 from apps.turns.llm_errors import LLMError
-from apps.turns.models import TURN_TRANSITIONS, Turn, TurnStatus
+from apps.turns.models import TERMINAL_TURN_STATUSES, TURN_TRANSITIONS, Turn, TurnStatus
 from apps.turns.profiles import ModelProfile, profile_for
 from apps.turns.serializers import turn_to_dict
 from apps.turns.services import turn_transition
@@ -151,7 +151,7 @@ class DjangoTurnPorts:
         self._unwritten_call: tuple[int, dict[str, Any]] | None = None  # see record_call
         self._preloaded: dict[str, Any] | None = None
         self._unbilled: Callable[[], None] | None = None  # see settle
-        self._resuming = False  # see begin
+        self._starting: str | None = None  # the status ``begin`` deferred the move from
         self._turn_offset: int | None = None  # the next message's turn_offset (see _new_message)
         self._fresh = False  # see began_here
         self._rtc_count = 0  # the turn's RTCs so far, when ``_fresh``
@@ -562,7 +562,7 @@ class DjangoTurnPorts:
                     data_list.append(rtc_to_dict(rtc))
             saved = {**cp.to_json(), "waiting_rtc": "" if rtc is None else str(rtc.id)}
             state.checkpoint_store(self.tid, saved)
-            self._publish(items, data_list)
+            self._publish(items, data_list, checkpointed=True)
         state.checkpoint_cache(self.tid, saved)
         return saved["waiting_rtc"]
 
@@ -617,9 +617,11 @@ class DjangoTurnPorts:
         answer's usage to the turn and the session as it arrives."""
         with transaction.atomic():
             try:
-                if self._resuming and to not in TURN_TRANSITIONS[TurnStatus.INTERRUPTED]:
-                    self._start()  # e.g. completed: by way of running, in one Update
-                self._resuming = False
+                if self._starting and to not in TURN_TRANSITIONS[self._starting]:
+                    # e.g. completed: by way of running, in one Update (an end drops the
+                    # checkpoint: none to store first)
+                    self._start(checkpointed=to in TERMINAL_TURN_STATUSES)
+                self._starting = None
                 turn = turn_transition(turn_id=self.turn.id, to=to, values=values or None)
             except InvalidState:
                 self.turn = Turn.objects.get(pk=self.turn.id)
@@ -637,30 +639,41 @@ class DjangoTurnPorts:
     def begin(self) -> bool:
         """The turn runs (from pending or, on a resume, from interrupted); False if it ended.
 
-        A resumed turn (interrupted) moves to running with the first write of the run, in its
-        transaction and Update (``_publish``): a resume commits once before its model request,
-        not twice. If the turn ended meanwhile (stopped), that write raises ``TurnEnded``."""
+        The turn moves to running with the first write of the run, in its transaction and
+        Update (``_publish``), not in a commit of its own before the model request: a new turn
+        (pending: created with its message, ``message_send``) with its first answer's first
+        message, or its RTC, or its end; a resumed one (interrupted) with its result's message.
+        If the turn ended meanwhile (stopped), that write raises ``TurnEnded``."""
         if self.turn.status == TurnStatus.RUNNING:
             return True
-        if self.turn.status == TurnStatus.INTERRUPTED:
-            self._resuming = True
+        if self.turn.status in (TurnStatus.PENDING, TurnStatus.INTERRUPTED):
+            self._starting = self.turn.status
             return True
-        return self._turn_to(TurnStatus.RUNNING)
+        return False
 
-    def _start(self) -> tuple[dict[str, Any], dict[str, Any]] | None:
-        """Inside a transaction: the deferred move of a resumed turn to running, and its Update
-        item (None when there was none to make). ``InvalidState`` when the turn ended."""
-        if not self._resuming:
+    def _start(self, *, checkpointed: bool = False
+               ) -> tuple[dict[str, Any], dict[str, Any]] | None:
+        """Inside a transaction: the deferred move to running (``begin``), and its Update item
+        (None when there was none to make). ``InvalidState`` when the turn ended. A new turn
+        gets its first checkpoint here (the empty one, unless an earlier run saved one; not
+        when the transaction stores or drops one itself: ``checkpointed``): from now on it is
+        running, and a running turn without a checkpoint would be lost. Its session was made
+        active with it (``message_send``)."""
+        if self._starting is None:
             return None
         turn = turn_transition(turn_id=self.turn.id, to=TurnStatus.RUNNING)
-        self.turn, self._resuming = turn, False
+        if self._starting == TurnStatus.PENDING and not checkpointed:
+            state.checkpoint_store_first(self.tid, Checkpoint().to_json())
+        self.turn, self._starting = turn, None
         return item("turn", "updated", turn.id), turn_to_dict(turn)
 
-    def _publish(self, items: list[dict[str, Any]], data_list: list[dict[str, Any]]) -> None:
-        """Inside a transaction: publish the write's Update items, led by the resumed turn's
-        move to running if it is still to be made (``begin``)."""
+    def _publish(self, items: list[dict[str, Any]], data_list: list[dict[str, Any]], *,
+                 checkpointed: bool = False) -> None:
+        """Inside a transaction: publish the write's Update items, led by the turn's move to
+        running if it is still to be made (``begin``; ``checkpointed``: the transaction stores
+        the turn's checkpoint itself)."""
         try:
-            started = self._start()
+            started = self._start(checkpointed=checkpointed)
         except InvalidState:
             self.turn = Turn.objects.get(pk=self.turn.id)
             raise TurnEnded(self.tid) from None

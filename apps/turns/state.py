@@ -99,6 +99,14 @@ def checkpoint_store(turn_id: str, data: dict[str, Any]) -> None:
     )
 
 
+def checkpoint_store_first(turn_id: str, data: dict[str, Any]) -> None:
+    """``checkpoint_store`` unless the turn has a checkpoint row already (then nothing)."""
+    TurnCheckpoint.objects.bulk_create(
+        [TurnCheckpoint(turn_id=turn_id, data=data, saved_at=timezone.now())],
+        ignore_conflicts=True,
+    )
+
+
 def checkpoint_cache(turn_id: str, data: dict[str, Any]) -> None:
     """The Redis half of ``checkpoint_save``: ``CheckpointNotCached`` when Redis refused it."""
     r = get_redis()

@@ -300,6 +300,14 @@ class Worker:
             self.run_turn(turn)
 
     def start_turn(self, session_id: str, work: dict[str, Any]) -> None:
+        if work.get("turn_id"):  # created with its message, pending (``message_send``)
+            turn = (Turn.objects.filter(pk=work["turn_id"], session_id=session_id)
+                    .select_related("session").first())
+            if turn is not None and turn.status not in TERMINAL_TURN_STATUSES:
+                # never run before while pending: nothing of it is written but its message
+                fresh = turn.status == TurnStatus.PENDING
+                self.run_turn(turn, session=turn.session, messages=1 if fresh else None)
+            return
         msg = Message.objects.filter(pk=work.get("message_id")).first()
         if msg is None:
             return
@@ -374,8 +382,10 @@ class Worker:
         if saved is not None:
             ports.preload(saved)  # engine.advance loads it: not read twice
         else:
-            if turn.status == TurnStatus.PENDING:  # never started: it begins from nothing
-                state.checkpoint_save(str(turn.id), engine.Checkpoint().to_json())
+            if turn.status == TurnStatus.PENDING:
+                # never started: it begins from nothing, and its first write, which moves it
+                # to running, stores that empty checkpoint (``DjangoTurnPorts._start``)
+                ports.preload(engine.Checkpoint().to_json())
             else:
                 ports.fail(LLMError(
                     category="system", title="Turn state lost",
@@ -499,8 +509,11 @@ class Worker:
     @staticmethod
     def _nudge(turn: Turn) -> None:
         sid = str(turn.session_id)
-        if queue.is_held(sid) or queue.pending(sid)["resume"]:
+        work = queue.pending(sid)
+        if queue.is_held(sid) or work["resume"]:
             return
+        if turn.status == TurnStatus.PENDING and (work["msg"] or work["inflight"]):
+            return  # created with its message (``message_send``), whose queued item runs it
         # The owner too: after Redis lost its data no enqueue may have recorded it yet.
         queue.enqueue_resume(sid, turn.id, user_id=turn.user_id)
 

@@ -15,16 +15,23 @@ pytestmark = [pytest.mark.django_db(transaction=True)]
 
 
 def _seed(user) -> dict[str, str]:
-    """A session with a message, a turn and an RTC, made through the services."""
+    """A session with a message, its turn (completed, the session idle again) and an RTC, made
+    through the services."""
     from apps.rtc.models import Rtc
+    from apps.sessions.models import Session
     from apps.sessions.services import message_send
     from apps.turns.models import Turn
+    from apps.turns.services import turn_transition
 
     sent = message_send(
         user_id=user.id, device_id="dev-1", client_id=str(uuid.uuid4()),
         content={"type": "user_message", "data": {"text": "hello"}},
     )
-    turn = Turn.objects.create(session=sent.session, user=user, status="completed")
+    assert sent.turn is not None  # created with the message: nothing was ahead of it
+    for status in ("running", "completed"):
+        turn_transition(turn_id=sent.turn.id, to=status)
+    Session.objects.filter(pk=sent.session.id).update(status="idle")
+    turn = Turn.objects.get(pk=sent.turn.id)
     rtc = Rtc.objects.create(session=sent.session, turn=turn, user=user, tool_call_id="c1",
                              tool_name="ls", parameters={}, status="completed", result="x")
     return {"session": str(sent.session.id), "message": str(sent.message.id),

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from django.db import connection
+from django.db.models import Q
 from django.utils import timezone
 
 from apps.gateway.models import TopicEvent
@@ -18,14 +19,27 @@ from apps.turns.models import Turn, TurnStatus
 
 def complete_turn(session: Session, message: Message | None = None) -> Turn:
     """A turn of the session that has just completed (the worker's end state), started by
-    ``message`` (which gets the turn, as ``start_turn`` does)."""
+    ``message`` (which gets the turn, as ``start_turn`` does; the turn created with it,
+    pending, when it has one: ``message_send``)."""
     now = timezone.now()
+    if message is not None and message.turn_id is not None:
+        Turn.objects.filter(pk=message.turn_id).update(
+            status=TurnStatus.COMPLETED, started_at=now, completed_at=now)
+        Session.objects.filter(pk=session.pk).update(status="idle")
+        return Turn.objects.get(pk=message.turn_id)
     turn = Turn.objects.create(session=session, user_id=session.user_id,
                                status=TurnStatus.COMPLETED, trigger_message=message,
                                started_at=now, completed_at=now)
     if message is not None:
         Message.objects.filter(pk=message.pk).update(turn=turn)
     return turn
+
+
+def waiting(session: Session) -> Any:
+    """The session's messages whose turn has not started: none yet (queued behind another), or
+    the one created with the message, still pending (``message_send``)."""
+    return Message.objects.filter(Q(turn__isnull=True) | Q(turn__status=TurnStatus.PENDING),
+                                  session=session)
 
 
 def updates_of(user: Any, entity: str) -> list[dict[str, Any]]:

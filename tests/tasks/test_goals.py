@@ -14,7 +14,7 @@ from apps.tasks.models import Goal
 from apps.turns.models import Turn, TurnStatus
 from rtcagent.errors import InvalidRequest, InvalidState, NotFound, RateLimited
 from tests.sessions.factories import make_message, make_session
-from tests.tasks.helpers import complete_turn, updates_of
+from tests.tasks.helpers import complete_turn, updates_of, waiting
 
 pytestmark = pytest.mark.django_db
 
@@ -129,12 +129,11 @@ def test_the_goal_is_exhausted_at_its_round_limit(session) -> None:
     goal = goals.goal_set(user_id=session.user_id, session_id=session.id, condition="c",
                           max_rounds=3).goal
     for _ in range(3):
-        waiting = Message.objects.get(session=session, turn__isnull=True)
-        hooks.after_turn(complete_turn(session, waiting))
+        hooks.after_turn(complete_turn(session, waiting(session).get()))
     goal.refresh_from_db()
     assert (goal.status, goal.rounds, goal.outcome) == ("exhausted", 3, "not met after 3 rounds")
     assert goal.ended_at is not None
-    assert not Message.objects.filter(session=session, turn__isnull=True).exists()
+    assert not waiting(session).exists()
     assert Message.objects.filter(session=session).count() == 3  # kickoff, rounds 2 and 3
     hooks.after_turn(complete_turn(session))  # an exhausted goal counts nothing more
     goal.refresh_from_db()

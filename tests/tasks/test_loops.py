@@ -9,6 +9,7 @@ from datetime import timedelta
 
 import pytest
 from django.db import connection
+from django.db.models import Q
 from django.utils import timezone
 
 from apps.gateway.models import TopicEvent
@@ -40,7 +41,8 @@ def _at(loop: Loop, tick: int, extra: float = 0.0):
 
 def _start_turns(session) -> None:
     """Every waiting message of the session gets its turn (as the worker would)."""
-    for m in Message.objects.filter(session=session, turn__isnull=True):
+    for m in Message.objects.filter(Q(turn__isnull=True) | Q(turn__status="pending"),
+                                    session=session):
         complete_turn(session, m)
 
 

@@ -7,7 +7,7 @@ import pytest
 
 from apps.sessions.models import Message
 from apps.tasks import goals, hooks
-from tests.tasks.helpers import complete_turn
+from tests.tasks.helpers import complete_turn, waiting
 
 pytestmark = pytest.mark.django_db
 
@@ -27,8 +27,7 @@ def test_the_goal_reminder_follows_the_rounds_and_never_piles_up(session) -> Non
     assert "completeGoal" in first and "cancelGoal" in first
     assert first.endswith("</system-reminder>")
     for _ in range(2):
-        hooks.after_turn(complete_turn(session, Message.objects.filter(
-            session=session, turn__isnull=True).first()))
+        hooks.after_turn(complete_turn(session, waiting(session).first()))
     (third,) = hooks.prompt_reminders(session.id)
     assert "Active goal (round 3 of 4): tests pass" in third
     stored = " ".join(str(m.content) for m in Message.objects.filter(session=session))

@@ -18,7 +18,7 @@ from apps.tasks import scheduler
 from apps.tasks.models import Goal, Loop
 from rtcagent.errors import InvalidRequest, InvalidState, NotFound, RateLimited
 from tests.sessions.factories import call, make_session
-from tests.tasks.helpers import complete_turn
+from tests.tasks.helpers import complete_turn, waiting
 
 pytestmark = pytest.mark.django_db
 
@@ -94,7 +94,10 @@ def test_a_goal_typed_in_a_new_conversation_creates_its_session(make_user) -> No
     (kickoff,) = Message.objects.filter(session=session)
     assert kickoff.client_id == f"goal:{goal.id}:0"
     items = [(i["entity"], i["action"]) for u in reply["updates"] for i in u["items"]]
-    assert items == [("session", "created"), ("message", "created"), ("goal", "created")]
+    # the kickoff's turn is created with it (a new session has nothing ahead of it)
+    assert items == [("session", "created"), ("message", "created"), ("turn", "created"),
+                     ("goal", "created")]
+    assert kickoff.turn.status == "pending" and session.status == "active"
 
 
 def test_a_loop_typed_in_a_new_conversation_sends_its_first_run(make_user) -> None:
@@ -207,8 +210,7 @@ def test_replayed_updates_equal_fresh_queries(session, settings) -> None:
     rpc("v1.goal.set", user, {"session_id": sid, "condition": "one", "max_rounds": 2})
     rpc("v1.goal.set", user, {"session_id": sid, "condition": "two", "max_rounds": 2})
     for _ in range(2):
-        waiting = Message.objects.filter(session=session, turn__isnull=True).first()
-        complete_turn(session, waiting)
+        complete_turn(session, waiting(session).first())
         scheduler.tick()  # the sweep counts the round (no runner hook in this test)
     a = rpc("v1.loop.create", user, {"session_id": sid, "prompt": "a", "interval_seconds": 60,
                                      "max_runs": 1})["result"]["loop_id"]

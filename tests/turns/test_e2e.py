@@ -42,8 +42,8 @@ async def test_text_answer_streams_and_completes(gateway, pool, model, make_user
     async with Browser(gateway, user) as tab:
         sent = await tab.send("hello agent")
         sid = sent["result"]["session_id"]
-        assert sent["result"]["turn_id"] == ""
         turn = await tab.turn_status(sid, "completed")
+        assert sent["result"]["turn_id"] == turn["id"]  # created with the message
         (answer,) = tab.messages(sid, "markdown")
         assert answer["content"]["data"] == "Hi there, how can I help?"
         assert answer["streaming_status"] == "completed"

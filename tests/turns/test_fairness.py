@@ -19,6 +19,7 @@ from apps.sessions.models import Message, Session
 from apps.sessions.services import message_send, session_fork
 from apps.turns import queue
 from apps.turns.models import Turn
+from apps.turns.services import turn_transition
 from rtcagent.errors import ClientIdConflict, RateLimited
 from rtcagent.redis import get_redis
 from tests.sessions.factories import call, make_message, make_rtc, make_session, make_turn
@@ -269,9 +270,8 @@ def test_a_started_turn_frees_a_queued_slot(
     sent = [_send(user, n) for n in range(20)]
     _refused(user, 20, django_capture_on_commit_callbacks)
 
-    first = sent[0].message
-    turn = make_turn(first.session, status="running")
-    Message.objects.filter(pk=first.pk).update(turn=turn)  # what the worker does at start
+    # the first message's turn (created with it, pending) starts, as the worker starts it
+    turn_transition(turn_id=sent[0].turn.id, to="running")
 
     assert _send(user, 20).message.content == {"type": "text", "data": "message 20"}
 
@@ -380,7 +380,8 @@ def test_tool_results_are_never_refused(
     user = make_user()
     sent = [_send(user, n) for n in range(20)]
     session = sent[0].session
-    turn = make_turn(session, status="interrupted")
+    for status in ("running", "interrupted"):  # the turn created with the message, paused
+        turn = turn_transition(turn_id=sent[0].turn.id, to=status)
     rtc = make_rtc(turn)
 
     with django_capture_on_commit_callbacks(execute=True):

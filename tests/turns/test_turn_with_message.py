@@ -1,0 +1,249 @@
+"""A message's turn created with it (``message_send``), against the real database, Redis, queue
+and scripted model: when nothing is ahead of the message in its session, its turn is created
+``pending`` in the send's transaction and Update, and the worker that takes the message asks
+the model at once; the turn moves to running with its first write.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from apps.gateway.models import TopicEvent
+from apps.sessions import services as session_services
+from apps.sessions.models import Message, Session
+from apps.sessions.services import message_send
+from apps.turns import queue, state
+from apps.turns.models import Turn, TurnCheckpoint
+from apps.turns.services import turn_stop, turn_transition
+from apps.turns.worker import Worker
+from rtcagent.devtools.scripted_llm import ScriptedLLM
+from rtcagent.errors import RateLimited
+
+pytestmark = [pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def llm() -> Iterator[ScriptedLLM]:
+    with ScriptedLLM(api_key="k") as model:
+        yield model
+
+
+def _worker(llm: ScriptedLLM) -> Worker:
+    from apps.turns.llm import OpenAIChat
+
+    return Worker(llm_factory=lambda: OpenAIChat(api_key="k", base_url=llm.base_url), turns=1)
+
+
+def _run_next(worker: Worker) -> dict[str, Any]:
+    """Claim the next session, run one item to its end (or pause), ack it; the item."""
+    hold = queue.claim(lease_ms=30000)
+    assert hold is not None
+    work = hold.take()
+    assert work is not None
+    worker._hold = hold
+    try:
+        worker.handle(hold.session_id, work)
+    finally:
+        worker._hold = None
+    hold.ack()
+    hold.yield_session()
+    return work
+
+
+def _send(user: Any, text: str, session: Session | None = None) -> Any:
+    return message_send(user_id=user.id, device_id="d1", client_id=f"c-{time.monotonic_ns()}",
+                        content={"type": "text", "data": text},
+                        server_session_id=session.id if session is not None else None)
+
+
+def _items(user: Any) -> list[list[tuple[str, str, str]]]:
+    """Each Update of the user's topic: its items as (entity, action, status or "")."""
+    out = []
+    for row in TopicEvent.objects.filter(user_id=user.id, kind="update").order_by("offset"):
+        out.append([(it["entity"], it["action"], str(data.get("status", "")))
+                    for it, data in zip(row.data["items"], row.data["data_list"], strict=True)])
+    return out
+
+
+def test_a_message_with_nothing_ahead_gets_its_turn_in_the_send(make_user, llm) -> None:
+    user = make_user()
+    llm.enqueue({"content": "Hello."})
+    sent = _send(user, "hi")
+
+    turn = sent.turn
+    assert turn is not None and turn.status == "pending"
+    assert Message.objects.get(pk=sent.message.id).turn_id == turn.id
+    assert Turn.objects.get(pk=turn.id).trigger_message_id == sent.message.id
+    assert Session.objects.get(pk=sent.session.id).status == "active"
+    # one Update: the session (active), the message and its turn
+    ((first,),) = [sent.updates]
+    assert [(i["entity"], i["action"]) for i in first["items"]] == [
+        ("session", "created"), ("message", "created"), ("turn", "created")]
+    assert first["data_list"][0]["status"] == "active"
+    assert first["data_list"][2]["status"] == "pending"
+    assert not TurnCheckpoint.objects.filter(turn_id=turn.id).exists()
+
+    work = _run_next(_worker(llm))
+    assert work == {"kind": "message", "message_id": str(sent.message.id),
+                    "turn_id": str(turn.id)}
+    turn.refresh_from_db()
+    assert turn.status == "completed" and turn.started_at is not None
+    assert len(llm.requests) == 1
+    # the move to running rode on the first write's Update (the answer's first message, after
+    # its first chunk went out): no commit of its own before the model was asked
+    updates = _items(user)
+    started = next(u for u in updates if ("turn", "updated", "running") in u)
+    assert ("message", "created", "") in started
+    assert [t for u in updates for t in u if t[0] == "turn"] == [
+        ("turn", "created", "pending"), ("turn", "updated", "running"),
+        ("turn", "updated", "completed")]
+    rows = list(Message.objects.filter(turn=turn).order_by("global_offset")
+                .values_list("content__type", "turn_offset"))
+    assert rows == [("text", 0), ("markdown", 1)]
+    assert Session.objects.get(pk=sent.session.id).status == "idle"
+
+
+def test_a_message_behind_an_open_turn_waits_for_its_own(make_user, llm, settings) -> None:
+    settings.RTCAGENT = {**settings.RTCAGENT, "RESULT_WAIT": 0}  # the first turn pauses at once
+    user = make_user()
+    llm.enqueue({"content": "First.", "tool_calls": [
+        {"name": "read", "arguments": {"path": "/a.md"}}]})
+    llm.enqueue({"content": "Second."})
+    llm.enqueue({"content": "Third."})
+    first = _send(user, "one")
+    worker = _worker(llm)
+    _run_next(worker)  # the first turn waits on its RTC
+    assert Turn.objects.get(pk=first.turn.id).status == "interrupted"
+
+    second = _send(user, "two", first.session)
+    assert second.turn is None
+    assert Message.objects.get(pk=second.message.id).turn_id is None
+    # a third one, while the second still waits for its turn: behind it, in order
+    turn_stop(user_id=user.id, session_id=first.session.id)
+    third = _send(user, "three", first.session)
+    assert third.turn is None
+
+    _run_next(worker)  # the second message: its turn created by the worker
+    _run_next(worker)  # then the third
+    turns = list(Turn.objects.filter(session=first.session).order_by("created_at")
+                 .values_list("trigger_message__content__data", "status"))
+    assert turns == [("one", "cancelled"), ("two", "completed"), ("three", "completed")]
+
+
+def test_a_send_that_loses_the_race_for_the_turn_queues_instead(
+        make_user, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two sends to one idle session: the one-open-turn constraint refuses the second turn;
+    that send is made again without it (the message queues), not refused."""
+    user = make_user()
+    first = _send(user, "one")
+    monkeypatch.setattr(session_services, "_turn_may_start", lambda session_id: True)
+    second = _send(user, "two", first.session)
+    assert second.turn is None
+    assert Message.objects.filter(session=first.session).count() == 2
+    assert Turn.objects.filter(session=first.session).count() == 1
+    assert queue.pending(str(first.session.id))["msg"] == 2
+
+
+def test_a_pending_turn_stopped_before_a_worker_takes_it_never_runs(make_user, llm) -> None:
+    user = make_user()
+    sent = _send(user, "hi")
+    stopped = turn_stop(user_id=user.id, session_id=sent.session.id)
+    assert stopped is not None and stopped.status == "cancelled"
+    _run_next(_worker(llm))
+    assert llm.requests == []
+    assert Turn.objects.get(pk=sent.turn.id).status == "cancelled"
+    assert Session.objects.get(pk=sent.session.id).status == "idle"
+
+
+def test_a_tool_call_first_starts_the_turn_with_its_rtc(make_user, llm, settings) -> None:
+    """An answer that is a tool call alone writes nothing before its RTC: the turn's move to
+    running rides on the RTC's transaction and Update, whose checkpoint is its first."""
+    settings.RTCAGENT = {**settings.RTCAGENT, "RESULT_WAIT": 0}  # it pauses at once
+    user = make_user()
+    llm.enqueue({"tool_calls": [{"name": "read", "arguments": {"path": "/a.md"}}]})
+    sent = _send(user, "read it")
+    _run_next(_worker(llm))
+    pause = next(u for u in _items(user) if ("rtc", "created", "pending") in u)
+    assert pause[0] == ("turn", "updated", "running")
+    assert ("message", "created", "") in pause
+    assert Turn.objects.get(pk=sent.turn.id).status == "interrupted"
+    assert state.checkpoint_load(str(sent.turn.id))["waiting_rtc"]
+
+
+def test_a_pending_turn_stopped_while_its_model_answers_ends_there(make_user, llm) -> None:
+    """Stopped (cancelled at once: it is pending) after the worker asked the model: the
+    answer's first write finds the turn ended, and nothing of the answer is kept."""
+    from apps.turns.runner import DjangoTurnPorts
+
+    user = make_user()
+    llm.enqueue({"content": "A long answer nobody will read."})
+    sent = _send(user, "hi")
+    original = DjangoTurnPorts.prompt
+
+    def stopped_meanwhile(self: DjangoTurnPorts, cp: Any, tools: Any) -> Any:
+        messages = original(self, cp, tools)
+        turn_stop(user_id=user.id, session_id=sent.session.id)  # cancels the pending turn
+        return messages
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(DjangoTurnPorts, "prompt", stopped_meanwhile)
+        _run_next(_worker(llm))
+    turn = Turn.objects.get(pk=sent.turn.id)
+    assert turn.status == "cancelled"
+    assert list(Message.objects.filter(turn=turn).values_list("content__type", flat=True)) == [
+        "text"]
+    assert Session.objects.get(pk=sent.session.id).status == "idle"
+    assert not TurnCheckpoint.objects.filter(turn_id=turn.id).exists()
+
+
+def test_a_turn_taken_but_not_started_is_run_again_from_nothing(make_user, llm) -> None:
+    """A worker that took the pending turn died before its first write: the turn is still
+    pending, with no checkpoint; the item comes back and the turn runs once."""
+    user = make_user()
+    llm.enqueue({"content": "Hello."})
+    sent = _send(user, "hi")
+    hold = queue.claim(lease_ms=30000)
+    assert hold is not None and hold.take() is not None
+    hold.yield_session()  # as the sweep does for a dead holder: the item back in its list
+    assert queue.pending(str(sent.session.id))["msg"] == 1
+    assert state.checkpoint_load(str(sent.turn.id)) is None
+
+    _run_next(_worker(llm))
+    turn = Turn.objects.get(pk=sent.turn.id)
+    assert turn.status == "completed" and len(llm.requests) == 1
+
+
+def test_the_sweeper_leaves_a_queued_pending_turn_to_its_message(make_user, llm) -> None:
+    """A pending turn waiting in the queue longer than ``ORPHAN_AFTER`` (workers busy) is not
+    queued a second time; one whose item was lost is."""
+    user = make_user()
+    sent = _send(user, "hi")
+    sid = str(sent.session.id)
+    Turn.objects.filter(pk=sent.turn.id).update(updated_at=timezone.now() - timedelta(minutes=5))
+    worker = _worker(llm)
+    worker.resume_orphans()
+    assert queue.pending(sid) == {"resume": 0, "msg": 1, "inflight": 0}
+    hold = queue.claim(lease_ms=30000)
+    assert hold is not None and hold.take() is not None
+    hold.ack()
+    hold.yield_session()  # the item is gone, the turn still pending
+    worker.resume_orphans()
+    assert queue.pending(sid)["resume"] == 1
+
+
+def test_pending_turns_count_as_queued_for_the_cap(make_user, settings) -> None:
+    settings.RTCAGENT = {**settings.RTCAGENT, "MAX_QUEUED_TURNS_PER_USER": 2}
+    user = make_user()
+    a = _send(user, "a")
+    b = _send(user, "b")
+    assert a.turn is not None and b.turn is not None
+    with pytest.raises(RateLimited):
+        _send(user, "c")
+    turn_transition(turn_id=a.turn.id, to="running")  # a worker started it: a slot frees
+    assert _send(user, "c").turn is not None
