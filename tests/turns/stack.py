@@ -163,3 +163,34 @@ class Browser:
                                 "client_id": client_id or str(uuid.uuid4())}
         body["result" if success else "error"] = result
         return await self.rpc("v1.rtc.submit_result", body)
+
+
+def in_process_worker(llm: Any) -> Any:
+    """A worker of this process (no turn threads) on the scripted model; the test runs its
+    queue items itself (``run_item``)."""
+    from apps.turns.llm import OpenAIChat
+    from apps.turns.worker import Worker
+
+    return Worker(llm_factory=lambda: OpenAIChat(api_key=llm.api_key or "k", base_url=llm.base_url),
+                  turns=1)
+
+
+def run_item(worker: Any, *, keep: bool = False) -> Any:
+    """What a turn thread does with one item: claim the next session, take, handle, ack; the
+    hold, which is let go unless ``keep`` (the test then looks at what is left in it)."""
+    from apps.turns import queue
+
+    hold = queue.claim(lease_ms=30000)
+    assert hold is not None
+    work = hold.take()
+    assert work is not None
+    worker._hold = hold
+    try:
+        worker.handle(hold.session_id, work)
+    finally:
+        worker._hold = None
+    hold.ack()
+    if not keep:
+        hold.yield_session()
+    hold.work = work
+    return hold

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -27,6 +27,7 @@ from apps.turns.services import turn_stop
 from apps.turns.worker import Worker
 from rtcagent.devtools.scripted_llm import ScriptedLLM
 from rtcagent.redis import get_redis
+from tests.turns.stack import in_process_worker, run_item
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
@@ -39,30 +40,16 @@ def wait_for(settings: Any) -> Callable[[float], None]:
 
 
 @pytest.fixture
-def llm() -> Iterator[ScriptedLLM]:
-    with ScriptedLLM(api_key="k") as model:
-        yield model
+def llm(model: ScriptedLLM) -> ScriptedLLM:
+    return model
 
 
 def _worker(llm: ScriptedLLM) -> Worker:
-    from apps.turns.llm import OpenAIChat
-
-    return Worker(llm_factory=lambda: OpenAIChat(api_key="k", base_url=llm.base_url), turns=1)
+    return in_process_worker(llm)
 
 
 def _claim_and_run(worker: Worker) -> queue.Hold:
-    """What a turn thread does with one item: claim, take, handle, ack; the hold is kept (not
-    yielded) so that the test can look at what is left in the session's lists."""
-    hold = queue.claim(lease_ms=30000)
-    assert hold is not None
-    work = hold.take()
-    worker._hold = hold
-    try:
-        worker.handle(hold.session_id, work)
-    finally:
-        worker._hold = None
-    hold.ack()
-    return hold
+    return run_item(worker, keep=True)
 
 
 def _send(user: Any) -> Session:

@@ -7,7 +7,6 @@ the model at once; the turn moves to running with its first write.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -24,36 +23,23 @@ from apps.turns.services import turn_stop, turn_transition
 from apps.turns.worker import Worker
 from rtcagent.devtools.scripted_llm import ScriptedLLM
 from rtcagent.errors import RateLimited
+from tests.turns.stack import in_process_worker, run_item
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
 
 @pytest.fixture
-def llm() -> Iterator[ScriptedLLM]:
-    with ScriptedLLM(api_key="k") as model:
-        yield model
+def llm(model: ScriptedLLM) -> ScriptedLLM:
+    return model
 
 
 def _worker(llm: ScriptedLLM) -> Worker:
-    from apps.turns.llm import OpenAIChat
-
-    return Worker(llm_factory=lambda: OpenAIChat(api_key="k", base_url=llm.base_url), turns=1)
+    return in_process_worker(llm)
 
 
 def _run_next(worker: Worker) -> dict[str, Any]:
-    """Claim the next session, run one item to its end (or pause), ack it; the item."""
-    hold = queue.claim(lease_ms=30000)
-    assert hold is not None
-    work = hold.take()
-    assert work is not None
-    worker._hold = hold
-    try:
-        worker.handle(hold.session_id, work)
-    finally:
-        worker._hold = None
-    hold.ack()
-    hold.yield_session()
-    return work
+    """Run the next item to its end (or pause); the item."""
+    return run_item(worker).work
 
 
 def _send(user: Any, text: str, session: Session | None = None) -> Any:
