@@ -198,7 +198,6 @@ async def chunks(ctx: Ctx) -> dict[str, Any]:
     return out
 
 
-
 # --- tool pause and resume ----------------------------------------------------------------------
 
 

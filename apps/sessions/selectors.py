@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 
 from rtcagent.errors import InvalidRequest, NotFound
 
@@ -200,3 +200,11 @@ def owned_list(
         limit=page_limit(limit, default=default),
         descending=False,
     )
+
+
+def waiting_for_turn(messages: QuerySet[Message]) -> QuerySet[Message]:
+    """Those of ``messages`` whose turn has not started: none yet (queued behind another), or
+    the one created with the message still pending (``message_send``)."""
+    from apps.turns.models import TurnStatus
+
+    return messages.filter(Q(turn__isnull=True) | Q(turn__status=TurnStatus.PENDING))

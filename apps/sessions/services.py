@@ -8,6 +8,7 @@ Services return the changed rows and the Updates; handlers shape the wire result
 
 from __future__ import annotations
 
+import functools
 import math
 import uuid
 from collections.abc import Collection
@@ -564,24 +565,31 @@ def message_send(
     # A reused client_id fails the message's insert (the unique constraint, which also orders
     # two sends racing with it); the whole transaction (or the caller's savepoint) is rolled
     # back before the existing message is looked up, so no savepoint of its own is needed
-    # around the insert (two round trips on every send). The turn created with the message
-    # may lose a race to another send of the session (the one-open-turn constraint): the
-    # send is then made again without it.
-    for with_turn in (True, False):
-        try:
-            return _message_send(
-                user_id=user_id, device_id=device_id, content=content, client_id=client_id,
-                client_session_id=client_session_id, server_session_id=server_session_id,
-                agent_prompt=agent_prompt, work_mode=work_mode, host_functions=host_functions,
-                with_turn=with_turn,
-            )
-        except IntegrityError:
-            conflict = _conflict(user_id, client_id)
-            if conflict.details is not None:
-                raise conflict from None
-            if not with_turn:  # not the client_id's constraint, nor the turn's
-                raise
-    raise AssertionError("unreachable")
+    # around the insert (two round trips on every send).
+    send = functools.partial(
+        _message_send, user_id=user_id, device_id=device_id, content=content,
+        client_id=client_id, client_session_id=client_session_id,
+        server_session_id=server_session_id, agent_prompt=agent_prompt, work_mode=work_mode,
+        host_functions=host_functions,
+    )
+    try:
+        return send(with_turn=True)
+    except IntegrityError:
+        _raise_client_id_conflict(user_id, client_id)
+    # Another send of the session took the turn first (the one-open-turn constraint): this
+    # message is sent again without its turn, and queues behind that one.
+    try:
+        return send(with_turn=False)
+    except IntegrityError:
+        _raise_client_id_conflict(user_id, client_id)
+        raise
+
+
+def _raise_client_id_conflict(user_id: int, client_id: str) -> None:
+    """After a failed insert: ``ClientIdConflict`` when ``client_id`` was used before."""
+    conflict = _conflict(user_id, client_id)
+    if conflict.details is not None:
+        raise conflict from None
 
 
 def _message_send(

@@ -22,14 +22,13 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
-from django.db.models import F, Q
+from django.db.models import F
 from django.utils import timezone
 
 from apps.gateway.events import item, publish_update
 from apps.sessions.models import Message, Session, SessionStatus
-from apps.sessions.selectors import session_get
+from apps.sessions.selectors import session_get, waiting_for_turn
 from apps.sessions.statemachine import apply_transition
-from apps.turns.models import TurnStatus
 from rtcagent.errors import InvalidRequest, InvalidState, NotFound, RateLimited
 
 from .limits import task_setting
@@ -176,10 +175,8 @@ def _previous_waits(loop: Loop) -> bool:
     created with it is still pending)."""
     last = (LoopRun.objects.filter(loop=loop, status=LoopRunStatus.SENT)
             .order_by("-tick").values_list("message_id", flat=True).first())
-    return bool(last) and Message.objects.filter(
-        Q(turn__isnull=True) | Q(turn__status=TurnStatus.PENDING),
-        pk=last, deleted_at__isnull=True,
-    ).exists()
+    return bool(last) and waiting_for_turn(
+        Message.objects.filter(pk=last, deleted_at__isnull=True)).exists()
 
 
 def loop_run_tick(*, loop_id: uuid.UUID | str, tick: int, now: datetime | None = None

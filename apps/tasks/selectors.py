@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import uuid
 
-from django.db.models import Q
-
 from apps.sessions.models import Message, MessageRole
 from apps.sessions.pagination import Page, keyset_page, page_limit
-from apps.sessions.selectors import as_uuid, session_get
-from apps.turns.models import TurnStatus
+from apps.sessions.selectors import as_uuid, session_get, waiting_for_turn
 from rtcagent.errors import NotFound
 
 from .models import Goal, GoalStatus, Loop
@@ -58,9 +55,8 @@ def pending_user_message(session_id: uuid.UUID | str) -> bool:
     the one created with it still pending): whatever a goal or loop would send now would only
     queue behind it."""
     return (
-        Message.objects.filter(Q(turn__isnull=True) | Q(turn__status=TurnStatus.PENDING),
-                               session_id=session_id, role=MessageRole.USER,
-                               deleted_at__isnull=True)
+        waiting_for_turn(Message.objects.filter(session_id=session_id, role=MessageRole.USER,
+                                                deleted_at__isnull=True))
         .exclude(client_id="")  # fork copies: history, never a turn
         .exists()
     )

@@ -301,20 +301,13 @@ class Worker:
 
     def start_turn(self, session_id: str, work: dict[str, Any]) -> None:
         if work.get("turn_id"):  # created with its message, pending (``message_send``)
-            turn = (Turn.objects.filter(pk=work["turn_id"], session_id=session_id)
-                    .select_related("session").first())
-            if turn is not None and turn.status not in TERMINAL_TURN_STATUSES:
-                # never run before while pending: nothing of it is written but its message
-                fresh = turn.status == TurnStatus.PENDING
-                self.run_turn(turn, session=turn.session, messages=1 if fresh else None)
+            self._carry_on(session_id, work["turn_id"])
             return
         msg = Message.objects.filter(pk=work.get("message_id")).first()
         if msg is None:
             return
         if msg.turn_id is not None:  # redelivered after a crash: carry on with that turn
-            turn = Turn.objects.get(pk=msg.turn_id)
-            if turn.status not in TERMINAL_TURN_STATUSES:
-                self.run_turn(turn)
+            self._carry_on(session_id, msg.turn_id)
             return
         if msg.client_id.startswith("subagent:") and _stopped_subagent(session_id):
             return  # stopped before its turn began: it never runs
@@ -350,6 +343,15 @@ class Worker:
         state.checkpoint_cache(str(turn.id), empty)
         # A live call's turn may have taken in earlier inputs: its messages are counted.
         self.run_turn(turn, checkpoint=empty, session=session, messages=None if live else 1)
+
+    def _carry_on(self, session_id: str, turn_id: object) -> None:
+        """Run the message's turn that exists already, unless it ended. A pending one never
+        ran: nothing of it is written but its message."""
+        turn = (Turn.objects.filter(pk=turn_id, session_id=session_id)
+                .select_related("session").first())
+        if turn is not None and turn.status not in TERMINAL_TURN_STATUSES:
+            fresh = turn.status == TurnStatus.PENDING
+            self.run_turn(turn, session=turn.session, messages=1 if fresh else None)
 
     def run_turn(self, turn: Turn, *, checkpoint: dict[str, Any] | None = None,
                  session: Session | None = None, messages: int | None = None) -> None:

@@ -9,11 +9,11 @@ from collections.abc import Callable
 from typing import Any
 
 from django.db import connection
-from django.db.models import Q
 from django.utils import timezone
 
 from apps.gateway.models import TopicEvent
 from apps.sessions.models import Message, Session
+from apps.sessions.selectors import waiting_for_turn
 from apps.turns.models import Turn, TurnStatus
 
 
@@ -36,10 +36,8 @@ def complete_turn(session: Session, message: Message | None = None) -> Turn:
 
 
 def waiting(session: Session) -> Any:
-    """The session's messages whose turn has not started: none yet (queued behind another), or
-    the one created with the message, still pending (``message_send``)."""
-    return Message.objects.filter(Q(turn__isnull=True) | Q(turn__status=TurnStatus.PENDING),
-                                  session=session)
+    """The session's messages whose turn has not started (``waiting_for_turn``)."""
+    return waiting_for_turn(Message.objects.filter(session=session))
 
 
 def updates_of(user: Any, entity: str) -> list[dict[str, Any]]:

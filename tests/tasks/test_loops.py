@@ -9,7 +9,6 @@ from datetime import timedelta
 
 import pytest
 from django.db import connection
-from django.db.models import Q
 from django.utils import timezone
 
 from apps.gateway.models import TopicEvent
@@ -19,7 +18,7 @@ from apps.tasks.models import Loop, LoopRun
 from rtcagent.errors import InvalidRequest, InvalidState, NotFound
 from rtcagent.redis import get_redis
 from tests.sessions.factories import make_message, make_session
-from tests.tasks.helpers import complete_turn, until, updates_of
+from tests.tasks.helpers import complete_turn, until, updates_of, waiting
 
 pytestmark = pytest.mark.django_db
 
@@ -41,8 +40,7 @@ def _at(loop: Loop, tick: int, extra: float = 0.0):
 
 def _start_turns(session) -> None:
     """Every waiting message of the session gets its turn (as the worker would)."""
-    for m in Message.objects.filter(Q(turn__isnull=True) | Q(turn__status="pending"),
-                                    session=session):
+    for m in waiting(session):
         complete_turn(session, m)
 
 

@@ -175,9 +175,10 @@ def in_process_worker(llm: Any) -> Any:
                   turns=1)
 
 
-def run_item(worker: Any, *, keep: bool = False) -> Any:
+def run_item(worker: Any, *, keep: bool = False) -> tuple[Any, dict[str, Any]]:
     """What a turn thread does with one item: claim the next session, take, handle, ack; the
-    hold, which is let go unless ``keep`` (the test then looks at what is left in it)."""
+    hold, which is let go unless ``keep`` (the test then looks at what is left in it), and the
+    item."""
     from apps.turns import queue
 
     hold = queue.claim(lease_ms=30000)
@@ -192,5 +193,4 @@ def run_item(worker: Any, *, keep: bool = False) -> Any:
     hold.ack()
     if not keep:
         hold.yield_session()
-    hold.work = work
-    return hold
+    return hold, work

@@ -49,7 +49,7 @@ def _worker(llm: ScriptedLLM) -> Worker:
 
 
 def _claim_and_run(worker: Worker) -> queue.Hold:
-    return run_item(worker, keep=True)
+    return run_item(worker, keep=True)[0]
 
 
 def _send(user: Any) -> Session:

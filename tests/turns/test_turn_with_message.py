@@ -39,7 +39,7 @@ def _worker(llm: ScriptedLLM) -> Worker:
 
 def _run_next(worker: Worker) -> dict[str, Any]:
     """Run the next item to its end (or pause); the item."""
-    return run_item(worker).work
+    return run_item(worker)[1]
 
 
 def _send(user: Any, text: str, session: Session | None = None) -> Any:

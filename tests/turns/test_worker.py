@@ -16,6 +16,7 @@ from apps.turns.models import Turn
 from apps.turns.services import turn_stop
 from apps.turns.worker import Worker, park_session
 from rtcagent.redis import get_redis
+from tests.turns.stack import in_process_worker, run_item
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
@@ -106,18 +107,10 @@ def test_a_lost_hold_stops_the_stream_without_failing_the_turn(make_user) -> Non
 def _in_process(llm: Any) -> tuple[Worker, Callable[[], None]]:
     """A worker of this process on the scripted model, and a function that runs its next
     queue item to its end (or its pause)."""
-    from apps.turns.llm import OpenAIChat
-
-    worker = Worker(llm_factory=lambda: OpenAIChat(api_key="k", base_url=llm.base_url), turns=1)
+    worker = in_process_worker(llm)
 
     def run_next() -> None:
-        hold = queue.claim(lease_ms=30000)
-        assert hold is not None
-        work = hold.take()
-        worker._hold = hold
-        worker.handle(hold.session_id, work)
-        hold.ack()
-        hold.yield_session()
+        run_item(worker)
 
     return worker, run_next
 
