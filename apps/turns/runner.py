@@ -205,9 +205,19 @@ class DjangoTurnPorts:
 
     def save(self, cp: Checkpoint) -> None:
         """PostgreSQL, then Redis; ``state.CheckpointNotCached`` (the turn pauses, the sweeper
-        resumes it) when Redis refuses its copy."""
+        resumes it) when Redis refuses its copy. A save before the run's first write (a server
+        tool's answer, a retry after "context too long") is that write: the turn moves to
+        running with it (``begin``), so a pending turn never has a checkpoint and its run
+        reads none (``Worker._run_turn``)."""
         self._check_hold()
-        state.checkpoint_save(self.tid, cp.to_json())
+        data = cp.to_json()
+        if self._starting is None:
+            state.checkpoint_save(self.tid, data)
+            return
+        with transaction.atomic():
+            state.checkpoint_store(self.tid, data)
+            self._publish([], [], checkpointed=True)
+        state.checkpoint_cache(self.tid, data)
 
     def history(self) -> list[dict[str, Any]]:
         """The stored conversation before the turn, as stored (no budget, no compaction)."""
@@ -237,7 +247,10 @@ class DjangoTurnPorts:
         now = time.monotonic()
         if not self._cancel and now - self._cancel_checked >= 0.2:
             self._cancel_checked = now
-            self._cancel = state.stop_requested(self.tid)
+            # a turn not started yet has no checkpoint to find in Redis (``save``): the flag
+            # answers; a stop PostgreSQL recorded before the worker read the row was put back
+            self._cancel = state.stop_requested(
+                self.tid, started=self._starting != TurnStatus.PENDING)
         return self._cancel
 
     def began_here(self, *, messages: int) -> None:

@@ -173,12 +173,16 @@ def raise_stop_flag(turn_id: str) -> None:
     get_redis().set(_stop(turn_id), "1", ex=STOP_TTL)
 
 
-def stop_requested(turn_id: str, *, durable: bool = False) -> bool:
+def stop_requested(turn_id: str, *, durable: bool = False, started: bool = True) -> bool:
     """True when a stop was requested. Redis answers, unless it holds no checkpoint of the
     turn (it lost its data, or could not take the copy back): then PostgreSQL does, and its
     answer is copied back. ``durable`` asks PostgreSQL whenever Redis has no flag (one query:
-    for the decisions taken once per park, not for the poll)."""
+    for the decisions taken once per park, not for the poll). ``started=False``: the turn is
+    pending, so it has no checkpoint anywhere; the flag alone answers (a stop of a pending
+    turn cancels it in PostgreSQL, which its first write then finds)."""
     r = get_redis()
+    if not started:
+        return bool(r.exists(_stop(turn_id)))
     with r.pipeline(transaction=False) as pipe:
         flagged, cached = pipe.exists(_stop(turn_id)).exists(_cp(turn_id)).execute()
     if flagged or (cached and not durable):

@@ -380,23 +380,22 @@ class Worker:
 
     def _run_turn(self, turn: Turn, ports: DjangoTurnPorts,
                   checkpoint: dict[str, Any] | None = None) -> None:
+        if checkpoint is None and turn.status == TurnStatus.PENDING:
+            # never started: it has no checkpoint (its first write, a save included, moves it
+            # to running and stores one: ``DjangoTurnPorts.save``, ``_start``), so it begins
+            # from nothing without asking Redis and PostgreSQL
+            checkpoint = engine.Checkpoint().to_json()
         saved = checkpoint if checkpoint is not None else state.checkpoint_load(str(turn.id))
-        if saved is not None:
-            ports.preload(saved)  # engine.advance loads it: not read twice
-        else:
-            if turn.status == TurnStatus.PENDING:
-                # never started: it begins from nothing, and its first write, which moves it
-                # to running, stores that empty checkpoint (``DjangoTurnPorts._start``)
-                ports.preload(engine.Checkpoint().to_json())
-            else:
-                ports.fail(LLMError(
-                    category="system", title="Turn state lost",
-                    message="The server has no saved state for this turn, neither in Redis "
-                            "nor in the database. Send the message again to retry.",
-                    retryable=True, raw_error="checkpoint missing",
-                ))
-                queue.unpark(str(turn.session_id))
-                return
+        if saved is None:
+            ports.fail(LLMError(
+                category="system", title="Turn state lost",
+                message="The server has no saved state for this turn, neither in Redis "
+                        "nor in the database. Send the message again to retry.",
+                retryable=True, raw_error="checkpoint missing",
+            ))
+            queue.unpark(str(turn.session_id))
+            return
+        ports.preload(saved)  # engine.advance loads it: not read twice
         if turn.stop_requested_at is not None:  # Redis may have lost the flag: the loop polls it
             state.restore_stop(str(turn.id))
         try:

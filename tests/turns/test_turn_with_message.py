@@ -162,6 +162,53 @@ def test_a_tool_call_first_starts_the_turn_with_its_rtc(make_user, llm, settings
     assert state.checkpoint_load(str(sent.turn.id))["waiting_rtc"]
 
 
+class Killed(BaseException):
+    """The worker process dies here (nothing on the way catches it)."""
+
+
+def test_a_server_tool_first_starts_the_turn_with_its_checkpoint(make_user, llm,
+                                                                  monkeypatch) -> None:
+    """A first answer that is a server tool's call alone is stored before the tool runs: that
+    save is the run's first write, so the turn moves to running with it (a pending turn never
+    has a checkpoint, and its run reads none). A worker that dies after it leaves a running
+    turn that the next run continues from there: the model is not asked that answer again."""
+    from apps.turns import accounting, server_tools
+
+    # the second answer's token figures would be published after the test, by the daemon thread
+    monkeypatch.setattr(accounting, "PUBLISHER", accounting.SessionPublisher(autostart=False))
+    user = make_user()
+    llm.enqueue({"tool_calls": [{"name": "listLoop", "arguments": {}}]})
+    llm.enqueue({"content": "No loops."})
+    sent = _send(user, "any loops?")
+    worker = _worker(llm)
+    hold = queue.claim(lease_ms=30000)
+    assert hold is not None
+    work = hold.take()
+    worker._hold = hold
+
+    def dies(*args: Any, **kwargs: Any) -> str:
+        raise Killed
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(server_tools, "run", dies)
+        with pytest.raises(Killed):
+            worker.handle(hold.session_id, work)
+    worker._hold = None
+    turn = Turn.objects.get(pk=sent.turn.id)
+    assert turn.status == "running"
+    assert TurnCheckpoint.objects.get(turn_id=turn.id).data["step"] == 1
+    assert [t for u in _items(user) for t in u if t[0] == "turn"] == [
+        ("turn", "created", "pending"), ("turn", "updated", "running")]
+
+    hold.yield_session()  # as the sweep does for a dead holder: the item back in its list
+    _run_next(worker)
+    turn.refresh_from_db()
+    assert turn.status == "completed" and len(llm.requests) == 2
+    assert list(Message.objects.filter(turn=turn).order_by("turn_offset")
+                .values_list("content__type", flat=True)) == [
+        "text", "toolcall_input", "toolcall_output", "markdown"]
+
+
 def test_a_pending_turn_stopped_while_its_model_answers_ends_there(make_user, llm) -> None:
     """Stopped (cancelled at once: it is pending) after the worker asked the model: the
     answer's first write finds the turn ended, and nothing of the answer is kept."""
