@@ -19,7 +19,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from apps.gateway.events import item, publish_update
-from apps.sessions.models import Session
+from apps.sessions.models import Message, Session
 from apps.sessions.selectors import as_uuid, owned_get
 from apps.sessions.statemachine import apply_transition
 from rtcagent.errors import InvalidRequest, InvalidState, PermissionDenied
@@ -77,8 +77,41 @@ class RtcChange:
 
 
 def _owned(user_id: int, rtc_id: uuid.UUID | str) -> Rtc:
-    """The caller's RTC with its session (the device check and the gate read it)."""
-    return owned_get(Rtc, "rtc", user_id=user_id, pk=rtc_id, related=("session",))
+    """The caller's RTC with its session (the device check and the gate read it) and its call
+    message (a result's message answers it: ``_result_ref``)."""
+    return owned_get(Rtc, "rtc", user_id=user_id, pk=rtc_id, related=("session", "message"))
+
+
+def _result_ref(rtc: Rtc, values: dict[str, Any]) -> str | None:
+    """Before the move that finishes ``rtc``: the client id of the ``toolcall_output`` message
+    to write with it (``_finish``), whose id then goes into ``values`` (the same UPDATE links
+    it); None for an RTC of no turn's call."""
+    from apps.turns.runner import message_id, result_client_id
+
+    call_msg = rtc.message if rtc.message_id is not None else None
+    ref = result_client_id(call_msg) if call_msg is not None and rtc.turn_id else None
+    if ref is not None:
+        values["output_message_id"] = message_id(ref)
+    return ref
+
+
+def _finish(rtc: Rtc, call_msg: Message | None, ref: str | None) -> list[dict[str, Any]]:
+    """Inside the transaction that finished ``rtc``: its result's message (``ref``, from
+    ``_result_ref``), one Update for both, and the turn's resume after commit. The worker
+    that goes on with the turn then writes nothing before it asks the model again."""
+    from apps.sessions.serializers import message_to_dict
+    from apps.turns.runner import write_result_message
+
+    items: list[dict[str, Any]] = []
+    data_list: list[dict[str, Any]] = []
+    if ref is not None and call_msg is not None:
+        msg = write_result_message(rtc, call_msg, ref)
+        items.append(item("message", "created", msg.id))
+        data_list.append(message_to_dict(msg))
+    items.append(item("rtc", "updated", rtc.id))
+    data_list.append(rtc_to_dict(rtc))
+    _resume_after_commit(rtc)
+    return [publish_update(user_id=rtc.user_id, items=items, data_list=data_list)]
 
 
 def _check_device(rtc: Rtc, device_id: str) -> None:
@@ -134,10 +167,12 @@ def rtc_update_status(
             values = {"client_id": client_id}
         elif status == RtcStatus.REJECTED:
             values = {"error_message": reason[:2000], "client_id": client_id}
+        call_msg = rtc.message if rtc.message_id is not None else None
+        ref = _result_ref(rtc, values) if status == RtcStatus.REJECTED else None
         rtc = rtc_transition(rtc_id=rtc.id, to=status, user_id=user_id, values=values,
                              session=rtc.session)
         if status == RtcStatus.REJECTED:
-            _resume_after_commit(rtc)
+            return RtcChange(rtc=rtc, updates=_finish(rtc, call_msg, ref))
         return RtcChange(rtc=rtc, updates=_published(rtc))
 
 
@@ -161,19 +196,20 @@ def rtc_submit_result(
         _check_device(rtc, device_id)
         if rtc.status not in TERMINAL_RTC_STATUSES:
             to = RtcStatus.COMPLETED if success else RtcStatus.FAILED
-            values = {"client_id": client_id}
+            values: dict[str, Any] = {"client_id": client_id}
             if success:
                 values["result"] = result
             else:
                 values["error_message"] = (error or "the tool failed")[:10000]
+            call_msg = rtc.message if rtc.message_id is not None else None
+            ref = _result_ref(rtc, values)
             try:
                 rtc = rtc_transition(rtc_id=rtc.id, to=to, user_id=user_id, values=values,
                                      session=rtc.session)
             except InvalidState:
                 rtc = Rtc.objects.select_related("session").get(pk=rtc.id)
             else:
-                _resume_after_commit(rtc)
-                return RtcChange(rtc=rtc, updates=_published(rtc))
+                return RtcChange(rtc=rtc, updates=_finish(rtc, call_msg, ref))
     return RtcChange(rtc=rtc, duplicate=bool(client_id) and rtc.client_id == client_id)
 
 

@@ -75,6 +75,47 @@ def _call_key(call_id: str) -> str:
     return "h" + hashlib.sha256(call_id.encode()).hexdigest()[:40]
 
 
+def result_client_id(call_msg: Message) -> str | None:
+    """The client id of the ``toolcall_output`` message answering the turn's call message
+    ``call_msg`` (``turn:<turn>:<step>:call:<call>`` -> ``...:result:<call>``, the key
+    ``DjangoTurnPorts.record_result`` writes); None for a message that is no turn's call."""
+    parts = call_msg.client_id.split(":", 4)
+    if len(parts) != 5 or parts[0] != "turn" or parts[3] != "call":
+        return None
+    return ":".join((*parts[:3], "result", parts[4]))
+
+
+def _output_content(call_id: str, name: str, arguments: str, output: str, status: str
+                    ) -> dict[str, Any]:
+    data = ToolCallOutput.make(id=call_id, tool_name=name, input=arguments, output=output,
+                               status=status)
+    return {"type": ContentType.TOOLCALL_OUTPUT, "data": data}
+
+
+def write_result_message(rtc: Rtc, call_msg: Message, client_id: str) -> Message:
+    """Inside the transaction that finished ``rtc`` (``apps.rtc.services``), with
+    ``rtc.output_message_id`` already ``message_id(client_id)``: the call's ``toolcall_output``
+    message, as the turn's worker would write it (same key, content, parent and place in the
+    turn), so that the worker that goes on with the turn writes nothing before the model is
+    asked again (``DjangoTurnPorts.rtc_outcome``). ``call_msg`` is the RTC's call message, the
+    latest of its turn while the RTC was open (at most one RTC of a turn is)."""
+    output = rtc_tools.output_for_model(rtc.status, rtc.result, rtc.error_message)
+    return Message.objects.create(
+        id=message_id(client_id),
+        session_id=call_msg.session_id,
+        user_id=rtc.user_id,
+        client_id=client_id,
+        global_offset=session_allocate_offsets(session_id=call_msg.session_id),
+        turn_id=rtc.turn_id,
+        turn_offset=call_msg.turn_offset + 1,
+        role=MessageRole.TOOL,
+        content=_output_content(rtc.tool_call_id, rtc.tool_name,
+                                call_msg.content["data"]["input"], output, rtc.status),
+        streaming_status="completed",
+        parent_message=call_msg,
+    )
+
+
 def tools_for(session: Session) -> list[dict[str, Any]]:
     """The tools offered to the model, in a stable order (they lead the cached prefix): the
     browser tools, the page's host functions, then the server tools sorted by name. A host
@@ -149,6 +190,7 @@ class DjangoTurnPorts:
         self._step = 0
         self._last_call_msg: Message | None = None
         self._unwritten_call: tuple[int, dict[str, Any]] | None = None  # see record_call
+        self._result_written: str | None = None  # see rtc_outcome
         self._preloaded: dict[str, Any] | None = None
         self._unbilled: Callable[[], None] | None = None  # see settle
         self._starting: str | None = None  # the status ``begin`` deferred the move from
@@ -517,16 +559,16 @@ class DjangoTurnPorts:
         """The ``toolcall_output`` message: the same ``ToolCall`` with ``output`` (what the model
         sees) and ``status``; its parent is the ``toolcall_input`` message, and the call's RTC
         (if it had one) gets it as ``output_message_id``."""
-        ck = _call_key(call["id"])
+        if self._result_written == call["id"]:  # with the RTC's result (``rtc_outcome``)
+            self._result_written = None
+            if self._turn_offset is not None:
+                self._turn_offset += 1
+            return
         call_msg = self._call_message(step, call)
-        data = ToolCallOutput.make(
-            id=call["id"], tool_name=call["name"], input=call["arguments"],
-            output=output, status=status,
-        )
         self._message(
-            f"{step}:result:{ck}",
+            f"{step}:result:{_call_key(call['id'])}",
             MessageRole.TOOL,
-            {"type": ContentType.TOOLCALL_OUTPUT, "data": data},
+            _output_content(call["id"], call["name"], call["arguments"], output, status),
             answers=call_msg,
         )
 
@@ -583,9 +625,14 @@ class DjangoTurnPorts:
         return next((f["class"] for f in self.session.host_functions if f["name"] == name), None)
 
     def rtc_outcome(self, rtc_id: str) -> RtcOutcome:
+        """The RTC's outcome. One that came with its ``toolcall_output`` message (the browser's
+        result, written in its transaction: ``write_result_message``; or one an earlier run
+        recorded) is not recorded again: ``record_result`` then writes nothing."""
         rtc = Rtc.objects.get(pk=rtc_id)
         finished = rtc.status in TERMINAL_RTC_STATUSES
         text = rtc_tools.output_for_model(rtc.status, rtc.result, rtc.error_message)
+        if finished and rtc.output_message_id is not None:
+            self._result_written = rtc.tool_call_id  # the engine records it next
         return RtcOutcome(finished, text, rtc.status)
 
     def await_result(self, rtc_id: str) -> RtcOutcome:

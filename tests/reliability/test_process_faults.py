@@ -364,8 +364,8 @@ async def test_every_process_killed_while_the_browser_submits(
         (turn,) = stream_history(tab, "turn").values()
         assert turn[-1] == "updated:completed" and turn.count("updated:completed") == 1
         assert stream_history(tab, "rtc") == {
-            rtc1["id"]: ["created:pending", "updated:completed", "updated:completed+output"],
-            rtc2["id"]: ["created:pending", "updated:completed", "updated:completed+output"],
+            rtc1["id"]: ["created:pending", "updated:completed+output"],
+            rtc2["id"]: ["created:pending", "updated:completed+output"],
         }
     held = await sync_to_async(ledger)(sid)
     assert held == {
@@ -385,7 +385,7 @@ async def test_every_process_killed_while_the_browser_submits(
 async def test_worker_killed_between_a_result_and_its_resume(
     deployment: Deployment, model: Any, make_user: Any
 ) -> None:
-    """The result is committed and the resume has begun (the tool's output recorded, the turn
+    """The result is committed (with its output's message) and the resume has begun (the turn
     running) but the model has not answered: the resumed request is held by the scripted model
     (``hang``) and the worker is SIGKILLed. Its lease runs out, the sweep gives the item to a new
     worker, which resumes without recording the output again or asking the browser again."""
@@ -414,7 +414,7 @@ async def test_worker_killed_between_a_result_and_its_resume(
 
         await assert_replay_matches(tab, [sid])
         assert stream_history(tab, "rtc") == {
-            rtc["id"]: ["created:pending", "updated:completed", "updated:completed+output"]}
+            rtc["id"]: ["created:pending", "updated:completed+output"]}
         (turn,) = stream_history(tab, "turn").values()
         assert turn[-1] == "updated:completed" and turn.count("updated:completed") == 1
     assert await sync_to_async(ledger)(sid) == {

@@ -107,6 +107,27 @@ def _turn_statuses(turn: Turn) -> list[str]:
     return out
 
 
+def _update_of(msg: Message) -> list[tuple[str, str]]:
+    """The items of the Update that published ``msg``'s creation."""
+    for row in TopicEvent.objects.filter(user_id=msg.user_id, kind="update").order_by("offset"):
+        items = [(it["entity"], it["action"]) for it in row.data["items"]]
+        if any(it["entity_id"] == str(msg.id) and it["action"] == "created"
+               for it in row.data["items"]):
+            return items
+    raise AssertionError(f"message {msg.id} was never published")
+
+
+def _result_came_with_its_message(turn: Turn) -> None:
+    """The result's ``toolcall_output`` message was written by the submit, in its transaction
+    and Update, linked to the RTC: the worker wrote none of its own."""
+    (out,) = Message.objects.filter(turn=turn, content__type="toolcall_output")
+    rtc = Rtc.objects.get(turn=turn)
+    assert rtc.output_message_id == out.id and out.parent_message_id == rtc.message_id
+    assert out.content["data"]["output"] == "the notes"
+    assert out.content["data"]["status"] == "completed"
+    assert _update_of(out) == [("message", "created"), ("rtc", "updated")]
+
+
 def _script(llm: ScriptedLLM, tool: str = "read") -> None:
     llm.enqueue({"content": "Reading.", "tool_calls": [
         {"name": tool, "arguments": {"path": "/a.md"} if tool == "read" else {"code": "1"}}]})
@@ -142,7 +163,7 @@ def test_a_quick_result_continues_the_turn_in_place(make_user, llm, wait_for) ->
                 .values_list("content__type", "turn_offset"))
     assert rows == [("text", 0), ("markdown", 1), ("toolcall_input", 2),
                     ("toolcall_output", 3), ("markdown", 4)]
-    assert Rtc.objects.get(turn=turn).output_message_id is not None
+    _result_came_with_its_message(turn)
     # each answer accounted once (the first once the second request was out)
     assert list(LLMCall.objects.filter(turn=turn).order_by("step")
                 .values_list("step", flat=True)) == [0, 1]
@@ -199,6 +220,48 @@ def test_a_result_slower_than_the_wait_finds_the_turn_interrupted(
     assert turn.status == "completed"
     assert _turn_statuses(turn)[-3:] == ["interrupted", "running", "completed"]
     assert "the notes" in llm.requests[1].body["messages"][-1]["content"]
+    _result_came_with_its_message(turn)
+    assert list(Message.objects.filter(turn=turn).order_by("global_offset")
+                .values_list("turn_offset", flat=True)) == [0, 1, 2, 3, 4]
+
+
+def test_each_result_of_an_answer_comes_with_its_message(make_user, llm, wait_for) -> None:
+    """Two browser calls in one answer, the first rejected and the second answered, each
+    while the turn waits (interrupted): each result's message is written with it, in its
+    place in the turn, and the model is told both."""
+    from apps.rtc.services import rtc_update_status
+
+    wait_for(0)
+    user = make_user()
+    llm.enqueue({"tool_calls": [{"name": "read", "arguments": {"path": "/a.md"}},
+                                {"name": "read", "arguments": {"path": "/b.md"}}]})
+    llm.enqueue({"content": "Done."})
+    session = _send(user)
+    worker = _worker(llm)
+    run_item(worker)
+    first = Rtc.objects.get(session_id=session.id)
+    rtc_update_status(user_id=user.id, rtc_id=first.id, status="rejected", reason="not now",
+                      client_id="tab-1", device_id="d1")
+    run_item(worker)
+    second = Rtc.objects.exclude(pk=first.id).get(session_id=session.id)
+    rtc_submit_result(user_id=user.id, rtc_id=second.id, success=True, result="the notes",
+                      client_id="tab-1", device_id="d1")
+    run_item(worker)
+
+    turn = Turn.objects.get(session_id=session.id)
+    assert turn.status == "completed" and len(llm.requests) == 2
+    rows = list(Message.objects.filter(turn=turn).order_by("global_offset")
+                .values_list("content__type", "turn_offset", "content__data__output"))
+    assert rows == [("text", 0, None), ("toolcall_input", 1, None),
+                    ("toolcall_output", 2, "[Tool Rejected] not now"), ("toolcall_input", 3, None),
+                    ("toolcall_output", 4, "the notes"), ("markdown", 5, None)]
+    for rtc in (first, second):
+        rtc.refresh_from_db()
+        out = Message.objects.get(pk=rtc.output_message_id)
+        assert out.parent_message_id == rtc.message_id
+        assert _update_of(out) == [("message", "created"), ("rtc", "updated")]
+    told = [m["content"] for m in llm.requests[1].body["messages"] if m["role"] == "tool"]
+    assert told == ["[Tool Rejected] not now", "the notes"]
 
 
 def test_a_stop_ends_the_wait_and_cancels_the_turn(make_user, llm, wait_for) -> None:
