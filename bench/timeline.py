@@ -13,8 +13,8 @@ and p90 of each:
   chunk handed to the client's socket (the ``chunks`` case's time to first chunk); only messages
   with no other one within 200 ms, so that concurrent turns' steps are not mixed up;
 * ``pause``: a browser tool call, from the end of the model's answer (its stream read to the
-  end) to the RTC's transaction committed (its Update's bell sent), and the answer's accounting
-  that follows (then, unless the result is already in, the move to interrupted);
+  end) to the RTC's transaction committed (its Update's bell sent); the answer's accounting
+  waits until the next request is out, or the wait for the result goes quiet;
 * ``resume``: a tool's result, from ``v1.rtc.submit_result`` reaching its service to the next
   request leaving for the model (the ``tools`` case's resume).
 
@@ -54,6 +54,8 @@ STEPS = [
     ("apps.turns.runner", "DjangoTurnPorts.prompt"),
     ("apps.turns.runner", "DjangoTurnPorts.delta"),
     ("apps.turns.runner", "DjangoTurnPorts.record_result"),
+    ("apps.turns.runner", "DjangoTurnPorts.create_rtc"),
+    ("apps.turns.runner", "DjangoTurnPorts.rtc_outcome"),
     ("apps.gateway.consumer", "GatewayConsumer.send_live"),
     ("apps.turns.runner", "DjangoTurnPorts.finish_answer"),
     ("apps.turns.accounting", "record_answer"),
@@ -81,13 +83,15 @@ CHAINS: dict[str, tuple[str, list[tuple[str, str]]]] = {
     ]),
     "pause": ("DjangoTurnPorts.finish_answer>", [
         ("DjangoTurnPorts.finish_answer<", "stream ended -> the answer's messages completed"),
-        ("record_answer>", "call message, RTC and checkpoint committed, their Update's bell sent"),
-        ("record_answer<", "the answer accounted (after the browser was told)"),
+        ("DjangoTurnPorts.create_rtc>", "the call recorded"),
+        ("DjangoTurnPorts.create_rtc<",
+         "call message, RTC and checkpoint committed, their Update's bell sent"),
     ]),
     "resume": ("rtc_submit_result>", [
-        ("rtc_submit_result<", "result stored, resume queued (the submit's transaction)"),
-        ("DjangoTurnPorts.record_result>", "a worker woke, read the turn and its checkpoint"),
-        ("DjangoTurnPorts.record_result<", "result message written (the turn running again)"),
+        ("rtc_submit_result<",
+         "result and its message stored, resume queued (the submit's transaction)"),
+        ("DjangoTurnPorts.rtc_outcome<", "a worker woke (or took the resume) and read the RTC"),
+        ("DjangoTurnPorts.record_result<", "the result recorded"),
         ("OpenAIChat._attempt>", "prompt built"),
     ]),
 }
