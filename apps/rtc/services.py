@@ -8,22 +8,24 @@ applied at most once even when two submissions race.
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from apps.gateway.events import item, publish_update
 from apps.sessions.models import Message, Session
-from apps.sessions.selectors import as_uuid, owned_get
+from apps.sessions.selectors import as_uuid
 from apps.sessions.statemachine import apply_transition
-from rtcagent.errors import InvalidRequest, InvalidState, PermissionDenied
+from rtcagent.errors import InvalidRequest, InvalidState, NotFound, PermissionDenied
 from rtcagent.jsonsafety import check_json, scrub_nul
+from rtcagent.rows import Columns, split
 
 from .models import RTC_TRANSITIONS, TERMINAL_RTC_STATUSES, Rtc, RtcStatus
 from .serializers import rtc_to_dict
@@ -76,10 +78,41 @@ class RtcChange:
     duplicate: bool = False
 
 
+_PARTS = (
+    Columns(Rtc, "r"),
+    Columns(Session, "s", ("id", "user_id", "device_id", "root_session_id")),
+    Columns(Message, "m", ("id", "session_id", "user_id", "client_id", "turn_id",
+                           "turn_offset", "content")),
+)
+
+
+@functools.cache
+def _owned_sql() -> str:
+    rtc, session, message = _PARTS
+    return (
+        f"SELECT {rtc.sql()}, {session.sql()}, {message.sql()} "  # noqa: S608 - names from the models
+        f"FROM {Rtc._meta.db_table} r JOIN {Session._meta.db_table} s ON s.id = r.session_id "
+        f"LEFT JOIN {Message._meta.db_table} m ON m.id = r.message_id "
+        "WHERE r.id = %s AND r.user_id = %s AND r.deleted_at IS NULL AND s.deleted_at IS NULL"
+    )
+
+
 def _owned(user_id: int, rtc_id: uuid.UUID | str) -> Rtc:
-    """The caller's RTC with its session (the device check and the gate read it) and its call
-    message (a result's message answers it: ``_result_ref``)."""
-    return owned_get(Rtc, "rtc", user_id=user_id, pk=rtc_id, related=("session", "message"))
+    """The caller's visible RTC (``owned_get``'s rule) with its session (the device check and
+    the gate read it) and its call message (a result's message answers it: ``_result_ref``).
+
+    One hand-written statement (``rtcagent.rows``): it is on the path of every result, and the
+    ORM's three-table ``select_related`` cost eight times its run to compile and build."""
+    key = as_uuid(rtc_id, "rtc")
+    with connection.cursor() as cursor:
+        cursor.execute(_owned_sql(), [Rtc._meta.pk.get_db_prep_value(key, connection), user_id])
+        row = cursor.fetchone()
+    if row is None:
+        raise NotFound("rtc", key)
+    rtc, session, message = split(row, _PARTS)
+    rtc.session = session
+    rtc.message = message
+    return rtc
 
 
 def _result_ref(rtc: Rtc, values: dict[str, Any]) -> str | None:

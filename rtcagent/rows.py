@@ -1,0 +1,60 @@
+"""Model instances from one hand-written ``SELECT`` over several tables.
+
+For the few reads on the hot paths whose ORM query costs more to compile than to run: the
+caller of a browser tool's result reads its RTC with the session and the call message
+(``select_related`` of three tables: about 1.1 ms of CPU to compile and build against 0.13 ms
+to run, docs/performance.md). The statement's text is built once from the models' metadata;
+each row is cut into ``Columns`` parts, and each part becomes an instance with its fields'
+database converters applied, as the ORM's own ``SELECT`` would give it (``Model.from_db``;
+fields not read are deferred and load on access, as with ``only()``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from django.db import connections, models
+
+
+class Columns:
+    """``fields`` (attnames; all concrete fields when None) of ``model`` under ``alias``."""
+
+    def __init__(self, model: type[models.Model], alias: str,
+                 fields: Sequence[str] | None = None) -> None:
+        meta = model._meta
+        self.model = model
+        self.alias = alias
+        self.fields = [f for f in meta.concrete_fields if fields is None or f.attname in fields]
+        self.names = [f.attname for f in self.fields]
+
+    def __len__(self) -> int:
+        return len(self.fields)
+
+    def sql(self, db: str = "default") -> str:
+        quote = connections[db].ops.quote_name
+        return ", ".join(f"{self.alias}.{quote(f.column)}" for f in self.fields)
+
+    def build(self, values: Sequence[Any], db: str = "default") -> Any:
+        """The instance of ``values`` (this part of a row), or None when its key is NULL (the
+        row of an outer join that found none)."""
+        conn = connections[db]
+        row = list(values)
+        for i, field in enumerate(self.fields):
+            col = field.get_col(self.alias)
+            for convert in (*conn.ops.get_db_converters(col), *col.get_db_converters(conn)):
+                row[i] = convert(row[i], col, conn)
+        pk = self.model._meta.pk
+        if pk is not None and pk.attname in self.names:
+            if row[self.names.index(pk.attname)] is None:
+                return None
+        return self.model.from_db(db, self.names, row)
+
+
+def split(row: Sequence[Any], parts: Sequence[Columns], db: str = "default") -> list[Any]:
+    """``row`` (the parts' columns one after the other) as one instance per part."""
+    out, at = [], 0
+    for part in parts:
+        out.append(part.build(row[at:at + len(part)], db))
+        at += len(part)
+    return out
