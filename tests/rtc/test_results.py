@@ -88,6 +88,36 @@ def test_rtcs_of_a_deleted_session_are_gone(make_user) -> None:
         _call("v1.rtc.submit_result", user, {"rtc_id": str(rtc.id), "success": True})
 
 
+def test_the_results_read_gives_the_rows_as_the_orm_reads_them(make_user) -> None:
+    """``_owned`` is one hand-written statement (``rtcagent.rows``): the RTC, its session and
+    its call message come back with the same values (JSON, UUIDs, times) as the ORM's own
+    read, and only to their owner."""
+    from django.forms.models import model_to_dict
+
+    from apps.rtc.services import _owned
+    from apps.sessions.models import Message
+
+    user = make_user()
+    rtc = _rtc(user, device_id="laptop")
+    call = Message.objects.create(
+        session_id=rtc.session_id, user=user, client_id=f"turn:{rtc.turn_id}:0:call:c1",
+        global_offset=1, turn_id=rtc.turn_id, turn_offset=1, role="assistant",
+        content={"type": "toolcall_input", "data": {"id": "c1", "tool_name": "read",
+                                                    "input": '{"path": "/a"}'}})
+    Rtc.objects.filter(pk=rtc.id).update(message=call, result={"lines": ["é", 1]},
+                                          deadline="2026-12-05T10:00:00Z")
+    read = _owned(user.id, str(rtc.id))
+    orm = Rtc.objects.select_related("session", "message").get(pk=rtc.id)
+    assert model_to_dict(read) == model_to_dict(orm)
+    assert (read.created_at, read.deadline, read.session_id) == (
+        orm.created_at, orm.deadline, orm.session_id)
+    assert (read.session.device_id, read.session.root_session_id) == ("laptop", None)
+    assert (read.message.id, read.message.client_id, read.message.turn_offset,
+            read.message.content) == (call.id, call.client_id, 1, call.content)
+    with pytest.raises(NotFound):
+        _owned(make_user().id, str(rtc.id))
+
+
 def test_reserved_client_ids_are_refused(make_user) -> None:
     user = make_user()
     with pytest.raises(InvalidRequest):
