@@ -1,4 +1,5 @@
-"""Model instances from one hand-written ``SELECT`` over several tables.
+"""Model instances from one hand-written ``SELECT`` over several tables, and one ``INSERT``
+of an instance without compiling it.
 
 For the few reads on the hot paths whose ORM query costs more to compile than to run: the
 caller of a browser tool's result reads its RTC with the session and the call message
@@ -15,6 +16,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from django.db import connections, models
+
+_INSERTS: dict[tuple[type[models.Model], str], str] = {}
 
 
 class Columns:
@@ -58,3 +61,29 @@ def split(row: Sequence[Any], parts: Sequence[Columns], db: str = "default") -> 
         out.append(part.build(row[at:at + len(part)], db))
         at += len(part)
     return out
+
+
+def insert(obj: models.Model, db: str = "default") -> None:
+    """Insert ``obj`` as ``obj.save(force_insert=True)`` would (``auto_now`` stamps set on it,
+    each field's value prepared for the database) with the statement's text built once per
+    model: on the turn path, where the ORM's insert cost three times its run to compile. For
+    models whose primary key is set before the insert (a UUID default) and that have no
+    ``save`` of their own; sends no signals (the models it is used for have no receivers)."""
+    model = type(obj)
+    meta = model._meta
+    if obj.pk is None:
+        raise ValueError(f"{model.__name__}: insert needs the primary key set")
+    conn = connections[db]
+    fields = meta.local_concrete_fields
+    sql = _INSERTS.get((model, conn.vendor))
+    if sql is None:
+        quote = conn.ops.quote_name
+        columns = ", ".join(quote(f.column) for f in fields)
+        marks = ", ".join(["%s"] * len(fields))
+        sql = _INSERTS[(model, conn.vendor)] = (
+            f"INSERT INTO {quote(meta.db_table)} ({columns}) VALUES ({marks})")  # noqa: S608
+    values = [f.get_db_prep_save(f.pre_save(obj, True), conn) for f in fields]
+    with conn.cursor() as cursor:
+        cursor.execute(sql, values)
+    obj._state.adding = False
+    obj._state.db = db

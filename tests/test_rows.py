@@ -1,0 +1,78 @@
+"""``rtcagent.rows`` against the real database: a hand-written read gives the instances the
+ORM's ``SELECT`` gives, field by field and type by type, and ``insert`` stores the row that
+``objects.create`` would."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+import pytest
+from django.db import IntegrityError, connection, transaction
+from django.utils import timezone
+
+from apps.rtc.models import Rtc
+from apps.sessions.models import Message, Session
+from apps.turns.models import Turn
+from rtcagent.rows import Columns, insert, split
+
+pytestmark = pytest.mark.django_db
+
+
+def _same(got: object, want: object, model: type) -> None:
+    """Equal field by field, of the same type (a str enum member, as an instance's default
+    holds it, counts as its string)."""
+    for field in model._meta.concrete_fields:
+        a, b = getattr(got, field.attname), getattr(want, field.attname)
+        same_type = type(a) is type(b) or (isinstance(a, str) and isinstance(b, str))
+        assert a == b and same_type, field.name
+
+
+def test_insert_stores_what_create_would(make_user) -> None:
+    user = make_user()
+    session = Session.objects.create(user=user)
+    turn = Turn.objects.create(session=session, user=user, status="running")
+    before = timezone.now()
+    rtc = Rtc(session_id=session.id, turn_id=turn.id, user_id=user.id, tool_call_id="c1",
+              tool_name="read", parameters={"path": "/é", "n": [1, 2.5, None]},
+              deadline=before + timedelta(minutes=5))
+    insert(rtc)
+    assert not rtc._state.adding
+    assert before <= rtc.created_at <= rtc.updated_at  # the auto_now stamps, set on the object
+    _same(rtc, Rtc.objects.get(pk=rtc.pk), Rtc)
+    twin = Rtc.objects.create(session_id=session.id, turn_id=turn.id, user_id=user.id,
+                              tool_call_id="c2", tool_name="read", parameters={"path": "/é"})
+    _same(Rtc.objects.get(pk=twin.pk), twin, Rtc)
+
+    msg = Message(id=uuid.uuid4(), session=session, user=user, client_id="k", global_offset=1,
+                  role="tool", content={"type": "text", "data": "x"})
+    insert(msg)
+    _same(msg, Message.objects.get(pk=msg.pk), Message)
+    with pytest.raises(IntegrityError), transaction.atomic():  # (user, client_id) is unique
+        insert(Message(id=uuid.uuid4(), session=session, user=user, client_id="k",
+                       global_offset=2, role="tool", content={}))
+    with pytest.raises(ValueError, match="primary key"):
+        insert(Turn(id=None, session=session, user=user))
+
+
+def test_a_read_over_several_tables_gives_the_orms_instances(make_user) -> None:
+    user = make_user()
+    session = Session.objects.create(user=user, device_id="laptop", host_functions=[{"a": 1}])
+    turn = Turn.objects.create(session=session, user=user, status="running",
+                               started_at=timezone.now())
+    lone = Turn.objects.create(session=Session.objects.create(user=user), user=user)
+    parts = (Columns(Turn, "t"), Columns(Session, "s", ("id", "device_id")))
+    sql = (f"SELECT {parts[0].sql()}, {parts[1].sql()} FROM turns_turn t "  # noqa: S608
+           "LEFT JOIN agent_sessions_session s ON s.id = t.session_id AND s.device_id <> '' "
+           "WHERE t.user_id = %s ORDER BY t.created_at")
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [user.id])
+        rows = [split(row, parts) for row in cursor.fetchall()]
+    (got, got_session), (got_lone, no_session) = rows
+    _same(got, Turn.objects.get(pk=turn.pk), Turn)
+    _same(got_lone, Turn.objects.get(pk=lone.pk), Turn)
+    assert no_session is None  # the outer join found none
+    assert (got_session.id, got_session.device_id) == (session.id, "laptop")
+    # the fields not read are deferred: they load on access
+    assert got_session.get_deferred_fields() >= {"host_functions", "user_id"}
+    assert got_session.host_functions == [{"a": 1}]
