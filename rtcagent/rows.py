@@ -35,8 +35,18 @@ class Columns:
         return len(self.fields)
 
     def sql(self, db: str = "default") -> str:
+        """The columns' list, ``alias.column, ...``."""
         quote = connections[db].ops.quote_name
         return ", ".join(f"{self.alias}.{quote(f.column)}" for f in self.fields)
+
+    def select(self, where: str, params: Sequence[Any], db: str = "default") -> list[Any]:
+        """The instances of ``SELECT <columns> FROM <table> <alias> <where>`` (``where``: the
+        statement's rest, conditions and order, with ``%s`` for ``params``)."""
+        sql = (f"SELECT {self.sql(db)} FROM {self.model._meta.db_table} "  # noqa: S608
+               f"{self.alias} {where}")
+        with connections[db].cursor() as cursor:
+            cursor.execute(sql, list(params))
+            return [self.build(row, db) for row in cursor.fetchall()]
 
     def build(self, values: Sequence[Any], db: str = "default") -> Any:
         """The instance of ``values`` (this part of a row), or None when its key is NULL (the

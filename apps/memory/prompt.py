@@ -18,6 +18,10 @@ from __future__ import annotations
 
 import uuid
 
+from django.db import connection
+
+from rtcagent.rows import Columns
+
 from .limits import memory_setting
 from .models import PINNED_IMPORTANCE, SessionCategory, SessionMemory, UserMemory
 from .selectors import session_memories, user_memories_pinned, user_memory_search
@@ -79,12 +83,19 @@ def pinned_memory_text(user_id: int) -> str:
     return f"<user_memory>\n{PINNED_INTRO}\n{body}\n</user_memory>"
 
 
+_SESSION_MEMORY = Columns(SessionMemory, "e")  # hand-written: before every turn's first request
+
+
 def _latest_session_entries(session_id: uuid.UUID | str) -> list[SessionMemory]:
     count = int(memory_setting("MEMORY_SESSION_INJECT"))
     budget = int(memory_setting("MEMORY_SESSION_INJECT_TOKENS"))
     picked: list[SessionMemory] = []
     used = 0
-    for m in SessionMemory.objects.filter(session_id=session_id).order_by("-id")[:count]:
+    latest = _SESSION_MEMORY.select(
+        "WHERE e.session_id = %s ORDER BY e.id DESC LIMIT %s",
+        [SessionMemory._meta.get_field("session").get_db_prep_value(session_id, connection),
+         count])
+    for m in latest:
         if used + m.tokens > budget:
             break
         picked.append(m)

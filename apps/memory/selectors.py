@@ -21,6 +21,7 @@ from django.db.models import Q
 
 from apps.sessions.models import Session
 from rtcagent.errors import InvalidRequest, NotFound
+from rtcagent.rows import Columns
 
 from . import search
 from .models import IMPORTANCE_RANK, IMPORTANCE_WEIGHT, PINNED_IMPORTANCE, SessionMemory, UserMemory
@@ -62,10 +63,15 @@ def user_memory_search(
     return found[offset:offset + limit]
 
 
+_USER_MEMORY = Columns(UserMemory, "u")  # hand-written reads: before every turn's first request
+
+
 def user_memories_pinned(user_id: int) -> list[UserMemory]:
     """Critical then high memories, each oldest first: an order that only changes when they do,
     so the prompt block built from it stays byte-identical between calls."""
-    rows = list(UserMemory.objects.filter(user_id=user_id, importance__in=PINNED_IMPORTANCE))
+    marks = ", ".join(["%s"] * len(PINNED_IMPORTANCE))
+    rows = _USER_MEMORY.select(f"WHERE u.user_id = %s AND u.importance IN ({marks})",
+                               [user_id, *PINNED_IMPORTANCE])
     rows.sort(key=lambda m: (-IMPORTANCE_RANK[m.importance], m.created_at, m.pk))
     return rows
 

@@ -12,6 +12,7 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
+from django.db import connection
 from django.db.models import Count, Q, Sum
 from django.db.models.functions import TruncDate
 from django.utils import timezone
@@ -20,6 +21,7 @@ from apps.turns import queue
 from apps.turns.llm import DEFAULT_MODEL
 from apps.turns.llm_errors import CATEGORIES
 from apps.turns.models import ACTIVE_TURN_STATUSES, LLMCall, Turn, TurnStatus
+from rtcagent.rows import Columns
 
 from . import processes
 from .models import ModelPrice
@@ -122,5 +124,14 @@ def unpriced_models(*, days: int, user_id: int | None = None) -> list[str]:
     return sorted(set(calls.values_list("model", flat=True)))
 
 
+_PRICE = Columns(ModelPrice, "p")
+
+
 def price_of(model: str) -> ModelPrice | None:
-    return ModelPrice.objects.filter(model=model).first()
+    """``model``'s row, None without one. Hand-written (``rtcagent.rows``): every turn reads
+    it for its profile before the model is asked, and each answer's accounting after."""
+    sql = f"SELECT {_PRICE.sql()} FROM {ModelPrice._meta.db_table} p WHERE p.model = %s"  # noqa: S608
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [model])
+        row = cursor.fetchone()
+    return None if row is None else _PRICE.build(row)

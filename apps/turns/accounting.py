@@ -280,8 +280,10 @@ def record_answer(
     context is not updated. ``turn_id`` None: a call outside any turn (``record_call``).
     Raises ``LookupError`` (nothing written) when the turn is not the session's.
     """
+    from apps.ops.selectors import price_of
+
     name = model or current_model()
-    price = ModelPrice.objects.filter(model=name).first()
+    price = price_of(name)
     profile = profile_from(name, price)
     cost = call_cost(price, usage)
     if purpose is None:

@@ -23,6 +23,7 @@ Invariants:
 
 from __future__ import annotations
 
+import functools
 import re
 import uuid
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ from apps.attachments.prompt import user_content
 from apps.attachments.services import attachments_for_conversation, files_of, image_data_url
 from apps.sessions.models import ContentType, Message, MessageRole, Session
 from apps.turns.models import Turn
+from rtcagent.rows import Columns
 
 SUMMARY_HEADER = "Summary of the conversation:\n"
 FILES_HEADER = (
@@ -133,21 +135,49 @@ def load(
 _START_AT = F("turn__trigger_message__global_offset")
 
 
-def _rows(session_id: Any, found: Tail | None) -> QuerySet[Message]:
+def _rows(session_id: Any, found: Tail | None) -> list[Message] | QuerySet[Message]:
     """The session's messages not deleted, each with ``start_at``; with ``found`` (a compacted
     session), only those placed at or after the first message its summary keeps: their own
     offset is there, or their turn's trigger is (the inputs a live call took in come before
     their trigger). Two index range reads, not a pass over the session."""
+    if found is None:
+        return _all_rows(session_id)
     rows = (Message.objects.filter(session_id=session_id, deleted_at__isnull=True)
             .annotate(start_at=_START_AT))
-    if found is None:
-        return rows
     since = found.since
     later_turns = (Message.objects.filter(session_id=session_id, global_offset__gte=since,
                                           turn__trigger_message__global_offset__gte=since)
                    .values("turn_id"))
     taken_in = rows.filter(turn_id__in=Subquery(later_turns), global_offset__lt=since)
     return rows.filter(global_offset__gte=since).union(taken_in, all=True)
+
+
+_MESSAGE = Columns(Message, "m")
+
+
+@functools.cache
+def _all_rows_sql() -> str:
+    message, turn = Message._meta.db_table, Turn._meta.db_table
+    return (f"SELECT {_MESSAGE.sql()}, tm.global_offset FROM {message} m "  # noqa: S608
+            f"LEFT JOIN {turn} t ON t.id = m.turn_id "
+            f"LEFT JOIN {message} tm ON tm.id = t.trigger_message_id "
+            "WHERE m.session_id = %s AND m.deleted_at IS NULL")
+
+
+def _all_rows(session_id: Any) -> list[Message]:
+    """``_rows`` of a session without a summary, as one hand-written statement
+    (``rtcagent.rows``): it runs before every model call, and the ORM's query with its
+    two-join annotation cost more to compile than to run."""
+    key = Message._meta.get_field("session").get_db_prep_value(session_id, connection)
+    with connection.cursor() as cursor:
+        cursor.execute(_all_rows_sql(), [key])
+        rows = cursor.fetchall()
+    out = []
+    for row in rows:
+        m = _MESSAGE.build(row[:-1])
+        m.start_at = row[-1]
+        out.append(m)
+    return out
 
 
 def _kept_by(rows: list[Message], found: Tail) -> bool:

@@ -41,10 +41,10 @@ def current_model() -> str:
 
 def profile_for(model: str | None = None) -> ModelProfile:
     """The settings of ``model`` (None: ``RTC_MODEL``) from its admin row, else the defaults."""
-    from apps.ops.models import ModelPrice
+    from apps.ops.selectors import price_of
 
     name = model or current_model()
-    return profile_from(name, ModelPrice.objects.filter(model=name).first())
+    return profile_from(name, price_of(name))
 
 
 def profile_from(name: str, row: Any | None) -> ModelProfile:
