@@ -27,6 +27,7 @@ from apps.turns.models import ACTIVE_TURN_STATUSES, Turn, TurnStatus
 from rtcagent.conf import rtc_setting
 from rtcagent.errors import ClientIdConflict, InvalidRequest, InvalidState, NotFound, RateLimited
 from rtcagent.returning import update_returning
+from rtcagent.rows import insert
 
 from .models import (
     SESSION_TRANSITIONS,
@@ -613,13 +614,14 @@ def _message_send(
         status = SessionStatus.ACTIVE if turn is not None else SessionStatus.IDLE
         if created:
             offset = 1  # the session's first message
-            session = Session.objects.create(
+            session = Session(
                 user_id=user_id, client_session_id=client_session_id,
                 title=_title_from(content), device_id=device_id,
                 agent_prompt=agent_prompt or "", work_mode=work_mode or WorkMode.EDIT,
                 status=status, host_functions=host_functions or [],
                 last_message_offset=offset,
             )
+            insert(session)  # the send's three inserts uncompiled (rtcagent.rows)
         else:
             # One statement finds the session, applies the send's changes, takes the
             # message's offset (the row stays locked until commit, which orders concurrent
@@ -652,10 +654,10 @@ def _message_send(
         if turn is not None:  # both rows refer to each other: the message's key is known
             turn.session_id, turn.trigger_message_id = session.id, message.id
             message.turn_id = turn.id
-        message.save(force_insert=True)  # a reused client_id fails: in message_send
+        insert(message)  # a reused client_id fails: in message_send
         data_list.append(message_to_dict(message))
         if turn is not None:
-            turn.save(force_insert=True)  # another open turn fails: in message_send
+            insert(turn)  # another open turn fails: in message_send
             items.append(item("turn", "created", turn.id))
             data_list.append(turn_to_dict(turn))
         update = publish_update(user_id=user_id, items=items, data_list=data_list)
