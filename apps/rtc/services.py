@@ -102,7 +102,7 @@ def _owned(user_id: int, rtc_id: uuid.UUID | str) -> Rtc:
     the gate read it) and its call message (a result's message answers it: ``_result_ref``).
 
     One hand-written statement (``rtcagent.rows``): it is on the path of every result, and the
-    ORM's three-table ``select_related`` cost eight times its run to compile and build."""
+    ORM's three-table ``select_related`` cost ten times its run to compile and build."""
     key = as_uuid(rtc_id, "rtc")
     with connection.cursor() as cursor:
         cursor.execute(_owned_sql(), [Rtc._meta.pk.get_db_prep_value(key, connection), user_id])
@@ -115,13 +115,13 @@ def _owned(user_id: int, rtc_id: uuid.UUID | str) -> Rtc:
     return rtc
 
 
-def _result_ref(rtc: Rtc, values: dict[str, Any]) -> str | None:
+def _result_ref(rtc: Rtc, call_msg: Message | None, values: dict[str, Any]) -> str | None:
     """Before the move that finishes ``rtc``: the client id of the ``toolcall_output`` message
     to write with it (``_finish``), whose id then goes into ``values`` (the same UPDATE links
-    it); None for an RTC of no turn's call."""
+    it); None for an RTC of no turn's call (``call_msg``: its call message, read by
+    ``_owned``)."""
     from apps.turns.runner import message_id, result_client_id
 
-    call_msg = rtc.message if rtc.message_id is not None else None
     ref = result_client_id(call_msg) if call_msg is not None and rtc.turn_id else None
     if ref is not None:
         values["output_message_id"] = message_id(ref)
@@ -201,7 +201,7 @@ def rtc_update_status(
         elif status == RtcStatus.REJECTED:
             values = {"error_message": reason[:2000], "client_id": client_id}
         call_msg = rtc.message if rtc.message_id is not None else None
-        ref = _result_ref(rtc, values) if status == RtcStatus.REJECTED else None
+        ref = _result_ref(rtc, call_msg, values) if status == RtcStatus.REJECTED else None
         rtc = rtc_transition(rtc_id=rtc.id, to=status, user_id=user_id, values=values,
                              session=rtc.session)
         if status == RtcStatus.REJECTED:
@@ -235,7 +235,7 @@ def rtc_submit_result(
             else:
                 values["error_message"] = (error or "the tool failed")[:10000]
             call_msg = rtc.message if rtc.message_id is not None else None
-            ref = _result_ref(rtc, values)
+            ref = _result_ref(rtc, call_msg, values)
             try:
                 rtc = rtc_transition(rtc_id=rtc.id, to=to, user_id=user_id, values=values,
                                      session=rtc.session)
