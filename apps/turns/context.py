@@ -209,6 +209,9 @@ class TurnContext:
         self.clock = clock
         self._system: str | None = None
         self._recalled: str | None = None
+        # the session's state in Redis as this run last wrote it: only a build writes it, and
+        # one run at a time builds a session's requests, so the run's later builds skip the read
+        self._state: dict[str, Any] | None = None
         self.last: Built | None = None
 
     # -- the parts that come from memory (read once per run of the turn) --
@@ -237,7 +240,7 @@ class TurnContext:
 
         Raises the ``context`` ``LLMError`` when even level 3 leaves it over the window."""
         profile = self.profile
-        state = _read_state(self.session.id)
+        state = self._state if self._state is not None else _read_state(self.session.id)
         level = LEVELS[min(3, int(cp.context.get("level", 0)))]
         target = min(profile.compression_threshold,
                      int(cp.context.get("limit") or profile.compression_threshold))
@@ -286,7 +289,8 @@ class TurnContext:
         previous = state["prev"]
         shared = prompt.shared_prefix(previous, parts) if previous else None
         ratio = None if shared is None else shared / max(1, n)
-        _write_state(self.session.id, cleared=cleared, last_call=self.clock(), prev=parts)
+        self._state = {"cleared": cleared, "last_call": self.clock(), "prev": parts}
+        _write_state(self.session.id, **self._state)
         self.last = Built(messages=messages, tokens=n, shared_prefix_ratio=ratio,
                           level=level.number)
         return self.last

@@ -21,7 +21,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from apps.gateway.events import item, publish_live, publish_update
@@ -52,7 +52,7 @@ from rtcagent.conf import rtc_setting
 from rtcagent.errors import InvalidState
 from rtcagent.redis import get_redis
 from rtcagent.returning import update_returning
-from rtcagent.rows import insert
+from rtcagent.rows import Columns, insert
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +74,9 @@ def _call_key(call_id: str) -> str:
     if len(call_id) <= 64:
         return call_id
     return "h" + hashlib.sha256(call_id.encode()).hexdigest()[:40]
+
+
+_RTC = Columns(Rtc, "r")
 
 
 def result_client_id(call_msg: Message) -> str | None:
@@ -633,7 +636,11 @@ class DjangoTurnPorts:
         """The RTC's outcome. One that came with its ``toolcall_output`` message (the browser's
         result, written in its transaction: ``write_result_message``; or one an earlier run
         recorded) is not recorded again: ``record_result`` then writes nothing."""
-        rtc = Rtc.objects.get(pk=rtc_id)
+        key = Rtc._meta.pk.get_db_prep_value(uuid.UUID(str(rtc_id)), connection)
+        rows = _RTC.select("WHERE r.id = %s", [key])  # hand-written: on every resume's path
+        if not rows:
+            raise Rtc.DoesNotExist(rtc_id)
+        rtc = rows[0]
         finished = rtc.status in TERMINAL_RTC_STATUSES
         text = rtc_tools.output_for_model(rtc.status, rtc.result, rtc.error_message)
         if finished and rtc.output_message_id is not None:
