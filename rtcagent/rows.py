@@ -46,22 +46,42 @@ class Columns:
                f"{self.alias} {where}")
         with connections[db].cursor() as cursor:
             cursor.execute(sql, list(params))
-            return [self.build(row, db) for row in cursor.fetchall()]
+            return self.build_all(cursor.fetchall(), db)
 
-    def build(self, values: Sequence[Any], db: str = "default") -> Any:
-        """The instance of ``values`` (this part of a row), or None when its key is NULL (the
-        row of an outer join that found none)."""
+    def converters(self, db: str = "default") -> list[tuple[int, Any, tuple[Any, ...]]]:
+        """Each field's database converters, as the ORM finds them for a query (found once
+        per statement, not per row: ``build``'s ``converters``)."""
         conn = connections[db]
-        row = list(values)
+        out = []
         for i, field in enumerate(self.fields):
             col = field.get_col(self.alias)
-            for convert in (*conn.ops.get_db_converters(col), *col.get_db_converters(conn)):
-                row[i] = convert(row[i], col, conn)
+            found = (*conn.ops.get_db_converters(col), *col.get_db_converters(conn))
+            if found:
+                out.append((i, col, found))
+        return out
+
+    def build(self, values: Sequence[Any], db: str = "default",
+              converters: list[tuple[int, Any, tuple[Any, ...]]] | None = None) -> Any:
+        """The instance of ``values`` (this part of a row), or None when its key is NULL (the
+        row of an outer join that found none). ``converters``: ``self.converters(db)``, when
+        the caller builds several rows of one statement."""
+        conn = connections[db]
+        row = list(values)
+        for i, col, found in converters if converters is not None else self.converters(db):
+            value = row[i]
+            for convert in found:
+                value = convert(value, col, conn)
+            row[i] = value
         pk = self.model._meta.pk
         if pk is not None and pk.attname in self.names:
             if row[self.names.index(pk.attname)] is None:
                 return None
         return self.model.from_db(db, self.names, row)
+
+    def build_all(self, rows: Sequence[Sequence[Any]], db: str = "default") -> list[Any]:
+        """``build`` of each row of one statement."""
+        found = self.converters(db)
+        return [self.build(row, db, found) for row in rows]
 
 
 def split(row: Sequence[Any], parts: Sequence[Columns], db: str = "default") -> list[Any]:

@@ -172,9 +172,10 @@ def _all_rows(session_id: Any) -> list[Message]:
     with connection.cursor() as cursor:
         cursor.execute(_all_rows_sql(), [key])
         rows = cursor.fetchall()
+    converters = _MESSAGE.converters()
     out = []
     for row in rows:
-        m = _MESSAGE.build(row[:-1])
+        m = _MESSAGE.build(row[:-1], converters=converters)
         m.start_at = row[-1]
         out.append(m)
     return out
