@@ -12,7 +12,6 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import connection
 from django.db.models import Count, Q, Sum
 from django.db.models.functions import TruncDate
 from django.utils import timezone
@@ -130,8 +129,5 @@ _PRICE = Columns(ModelPrice, "p")
 def price_of(model: str) -> ModelPrice | None:
     """``model``'s row, None without one. Hand-written (``rtcagent.rows``): every turn reads
     it for its profile before the model is asked, and each answer's accounting after."""
-    sql = f"SELECT {_PRICE.sql()} FROM {ModelPrice._meta.db_table} p WHERE p.model = %s"  # noqa: S608
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [model])
-        row = cursor.fetchone()
-    return None if row is None else _PRICE.build(row)
+    rows = _PRICE.select("WHERE p.model = %s", [model])
+    return rows[0] if rows else None
