@@ -1,6 +1,6 @@
 """``rtcagent.rows`` against the real database: a hand-written read gives the instances the
 ORM's ``SELECT`` gives, field by field and type by type, and ``insert`` stores the row that
-``objects.create`` would."""
+``objects.create`` would; ``pipelined`` keeps what the transaction keeps, fails what it fails."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from django.utils import timezone
 from apps.rtc.models import Rtc
 from apps.sessions.models import Message, Session
 from apps.turns.models import Turn
-from rtcagent.rows import Columns, insert, split
+from rtcagent.rows import Columns, insert, pipelined, split
 
 pytestmark = pytest.mark.django_db
 
@@ -76,3 +76,44 @@ def test_a_read_over_several_tables_gives_the_orms_instances(make_user) -> None:
     # the fields not read are deferred: they load on access
     assert got_session.get_deferred_fields() >= {"host_functions", "user_id"}
     assert got_session.host_functions == [{"a": 1}]
+
+
+def _message(session: Session, client_id: str, offset: int) -> Message:
+    return Message(id=uuid.uuid4(), session=session, user_id=session.user_id,
+                   client_id=client_id, global_offset=offset, role="user",
+                   content={"type": "text", "data": client_id})
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_pipelined_transaction_reads_and_updates_what_it_inserted(make_user) -> None:
+    session = Session.objects.create(user=make_user())
+    with pipelined(), transaction.atomic():
+        for n in range(3):
+            insert(_message(session, f"k{n}", n + 1))
+        # a read waits for its reply, which comes after the inserts sent before it
+        assert Message.objects.filter(session=session).count() == 3
+        # and an UPDATE's row count is there when the ORM reads it
+        assert Message.objects.filter(session=session).update(role="tool") == 3
+        insert(_message(session, "k3", 4))
+    assert sorted(Message.objects.filter(session=session).values_list("client_id", "role")) == [
+        ("k0", "tool"), ("k1", "tool"), ("k2", "tool"), ("k3", "user")]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_insert_failing_in_a_pipelined_transaction_fails_all_of_it(make_user) -> None:
+    session = Session.objects.create(user=make_user())
+    insert(_message(session, "taken", 1))
+    went_on = False
+    with pytest.raises(IntegrityError), pipelined(), transaction.atomic():
+        insert(_message(session, "new", 2))
+        insert(_message(session, "taken", 3))  # (user, client_id) is unique
+        went_on = True  # PostgreSQL: the insert was sent, its reply not waited for
+        insert(_message(session, "after", 4))
+    # the error is Django's class, raised by the commit on PostgreSQL and by the insert itself
+    # elsewhere; nothing of the transaction is kept, and the connection works on
+    assert went_on is (connection.vendor == "postgresql")
+    assert list(Message.objects.filter(session=session).values_list("client_id", flat=True)) == [
+        "taken"]
+    with pipelined(), transaction.atomic():
+        insert(_message(session, "later", 5))
+    assert Message.objects.filter(session=session).count() == 2

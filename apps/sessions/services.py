@@ -27,7 +27,7 @@ from apps.turns.models import ACTIVE_TURN_STATUSES, Turn, TurnStatus
 from rtcagent.conf import rtc_setting
 from rtcagent.errors import ClientIdConflict, InvalidRequest, InvalidState, NotFound, RateLimited
 from rtcagent.returning import update_returning
-from rtcagent.rows import insert
+from rtcagent.rows import insert, pipelined
 
 from .models import (
     SESSION_TRANSITIONS,
@@ -604,7 +604,9 @@ def _message_send(
     from apps.turns.queue import enqueue_message
     from apps.turns.serializers import turn_to_dict
 
-    with transaction.atomic():
+    # its inserts and their commit in one round trip (``pipelined``: the IntegrityErrors that
+    # ``message_send`` catches come from the commit then, around the whole transaction)
+    with pipelined(), transaction.atomic():
         turn_limits_check(user_id=user_id, client_id=client_id)
         created = not server_session_id
         pk = None if created else as_uuid(server_session_id, "session")
