@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 
 import pytest
@@ -83,3 +84,26 @@ def test_one_failing_rtc_does_not_keep_the_others_from_timing_out(make_user, mon
     Worker().sweep()
     assert Rtc.objects.get(pk=good.pk).status == "timeout"
     assert Rtc.objects.get(pk=bad.pk).status == "pending"
+
+
+def test_one_worker_of_the_deployment_sweeps_each_second(make_user) -> None:
+    """Two workers' loops come due in the same second: one sweeps (an RTC past its deadline
+    times out), the other skips; the next second, whichever comes first sweeps again."""
+    from apps.turns import worker as worker_module
+
+    user = make_user()
+    first, second = Worker(), Worker()
+    rtc = make_rtc(make_turn(make_session(user), status="interrupted"), status="pending",
+                   deadline=timezone.now() - timedelta(seconds=5))
+    assert first.sweep_if_due() is True
+    assert Rtc.objects.get(pk=rtc.pk).status == "timeout"
+    later = make_rtc(make_turn(make_session(user), status="interrupted"), status="pending",
+                     deadline=timezone.now() - timedelta(seconds=5))
+    assert second.sweep_if_due() is False  # swept this second already: nothing done
+    assert first.sweep_if_due() is False
+    assert Rtc.objects.get(pk=later.pk).status == "pending"
+    get_redis().pexpire(worker_module.SWEEP_KEY, 1)  # the second is over
+    time.sleep(0.01)
+    assert second.sweep_if_due() is True
+    assert Rtc.objects.get(pk=later.pk).status == "timeout"
+
