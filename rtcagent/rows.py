@@ -1,5 +1,6 @@
 """Model instances from one hand-written ``SELECT`` over several tables, one ``INSERT`` of an
-instance without compiling it, and a transaction's inserts sent with its commit (``pipelined``).
+instance without compiling it, and a transaction's inserts sent with its next statement
+(``batched``).
 
 For the few reads on the hot paths whose ORM query costs more to compile than to run: the
 caller of a browser tool's result reads its RTC with the session and the call message
@@ -13,7 +14,6 @@ fields not read are deferred and load on access, as with ``only()``).
 from __future__ import annotations
 
 import contextlib
-import re
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -121,41 +121,32 @@ def insert(obj: models.Model, db: str = "default") -> None:
     obj._state.db = db
 
 
-# a statement whose reply nobody reads: an INSERT (an upsert too) with no RETURNING
-_IN_FLIGHT = re.compile(r"\s*INSERT\b(?![\s\S]*\bRETURNING\b)", re.IGNORECASE)
-
 
 @contextlib.contextmanager
-def pipelined(db: str = "default") -> Iterator[None]:
-    """Around a transaction (``with pipelined(), transaction.atomic():``): its plain INSERTs
-    are sent without waiting for their replies, so consecutive inserts and the ``COMMIT`` after
-    them cost one round trip to PostgreSQL instead of one each (psycopg's pipeline mode).
-
-    Every other statement waits for its reply where it runs, as outside the block (a fetch, a
-    ``rowcount``, the ORM's ``update()`` and ``save()`` see what they expect), and so does every
-    statement outside a transaction. The price: an INSERT's error (a unique constraint) is
-    raised by the next statement that waits, at the latest by the commit, so no ``try`` around
-    a single insert inside the block; errors around the whole transaction are raised as before
-    (Django's own classes: ``IntegrityError``). Elsewhere (SQLite, a pipeline already open) the
-    block changes nothing. Django has no pipeline of its own, hence this."""
+def batched(db: str = "default") -> Iterator[None]:
+    """Around a whole transaction (``with batched(), transaction.atomic():``): on PostgreSQL
+    its ``BEGIN`` and its plain ``INSERT``s go with the next statement in one round trip, the
+    last ones with the ``COMMIT`` (``rtcagent.pgbackend``: a send's transaction goes from eight
+    round trips to two). Every other statement runs where it is, with its own result, so the
+    ORM's fetches and row counts are unchanged. The price: an insert's error (a unique
+    constraint) is raised by the statement it goes with, at the latest by the commit, as
+    Django's own class, so no ``try`` around a single insert inside the block. Elsewhere
+    (SQLite) the block changes nothing."""
     conn = connections[db]
-    if conn.vendor != "postgresql":
+    start = getattr(conn, "batched", None)
+    if start is None:
         yield
         return
-    conn.ensure_connection()
-    raw = conn.connection
-    if raw.pgconn.pipeline_status:  # already pipelined: the outer block decides
+    with start():
         yield
+
+
+def later(sql: str, params: Sequence[Any], db: str = "default") -> None:
+    """Run a statement whose reply nobody reads (a lock): inside ``batched`` it goes with the
+    next statement, in the same round trip; elsewhere it runs now."""
+    conn = connections[db]
+    hold = getattr(conn, "hold", None)
+    if hold is not None and hold(sql, list(params)):
         return
-
-    def wait_unless_in_flight(execute: Any, sql: str, params: Any, many: bool,
-                              context: dict[str, Any]) -> Any:
-        result = execute(sql, params, many, context)
-        if many or not conn.in_atomic_block or not _IN_FLIGHT.match(sql):
-            with conn.wrap_database_errors:
-                pipe.sync()
-        return result
-
-    with conn.wrap_database_errors, raw.pipeline() as pipe, \
-            conn.execute_wrapper(wait_unless_in_flight):
-        yield
+    with conn.cursor() as cursor:
+        cursor.execute(sql, list(params))

@@ -1,6 +1,7 @@
 """``rtcagent.rows`` against the real database: a hand-written read gives the instances the
 ORM's ``SELECT`` gives, field by field and type by type, and ``insert`` stores the row that
-``objects.create`` would; ``pipelined`` keeps what the transaction keeps, fails what it fails."""
+``objects.create`` would; a ``batched`` transaction keeps and fails what it would unbatched, in
+fewer round trips."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from django.utils import timezone
 from apps.rtc.models import Rtc
 from apps.sessions.models import Message, Session
 from apps.turns.models import Turn
-from rtcagent.rows import Columns, insert, pipelined, split
+from rtcagent.rows import Columns, batched, insert, later, split
 
 pytestmark = pytest.mark.django_db
 
@@ -78,42 +79,90 @@ def test_a_read_over_several_tables_gives_the_orms_instances(make_user) -> None:
     assert got_session.host_functions == [{"a": 1}]
 
 
+
 def _message(session: Session, client_id: str, offset: int) -> Message:
     return Message(id=uuid.uuid4(), session=session, user_id=session.user_id,
                    client_id=client_id, global_offset=offset, role="user",
-                   content={"type": "text", "data": client_id})
+                   content={"type": "text", "data": f"50% {client_id}"})
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_pipelined_transaction_reads_and_updates_what_it_inserted(make_user) -> None:
+def test_a_batched_transaction_reads_and_updates_what_it_inserted(make_user) -> None:
     session = Session.objects.create(user=make_user())
-    with pipelined(), transaction.atomic():
+    sent: list[str] = []
+
+    def record(execute, sql, params, many, context):  # type: ignore[no-untyped-def]
+        sent.append(sql)
+        return execute(sql, params, many, context)
+
+    with batched(), transaction.atomic(), connection.execute_wrapper(record):
         for n in range(3):
             insert(_message(session, f"k{n}", n + 1))
-        # a read waits for its reply, which comes after the inserts sent before it
+        # a read gets its own result, after the inserts before it
         assert Message.objects.filter(session=session).count() == 3
-        # and an UPDATE's row count is there when the ORM reads it
+        # and an UPDATE's row count is its own
         assert Message.objects.filter(session=session).update(role="tool") == 3
         insert(_message(session, "k3", 4))
     assert sorted(Message.objects.filter(session=session).values_list("client_id", "role")) == [
         ("k0", "tool"), ("k1", "tool"), ("k2", "tool"), ("k3", "user")]
+    assert Message.objects.get(client_id="k3").content["data"] == "50% k3"
+    if connection.vendor == "postgresql":  # the BEGIN and the inserts went with the read
+        assert len(sent) == 2 and sent[0].startswith("BEGIN; INSERT") and "COUNT" in sent[0]
+        assert sent[1].startswith("UPDATE")  # the last insert: with the COMMIT
 
 
 @pytest.mark.django_db(transaction=True)
-def test_an_insert_failing_in_a_pipelined_transaction_fails_all_of_it(make_user) -> None:
+def test_an_insert_failing_in_a_batched_transaction_fails_all_of_it(make_user) -> None:
     session = Session.objects.create(user=make_user())
     insert(_message(session, "taken", 1))
     went_on = False
-    with pytest.raises(IntegrityError), pipelined(), transaction.atomic():
+    with pytest.raises(IntegrityError), batched(), transaction.atomic():
         insert(_message(session, "new", 2))
         insert(_message(session, "taken", 3))  # (user, client_id) is unique
-        went_on = True  # PostgreSQL: the insert was sent, its reply not waited for
+        went_on = True  # PostgreSQL: the insert waits for the next statement
         insert(_message(session, "after", 4))
     # the error is Django's class, raised by the commit on PostgreSQL and by the insert itself
     # elsewhere; nothing of the transaction is kept, and the connection works on
     assert went_on is (connection.vendor == "postgresql")
     assert list(Message.objects.filter(session=session).values_list("client_id", flat=True)) == [
         "taken"]
-    with pipelined(), transaction.atomic():
+    with batched(), transaction.atomic():
         insert(_message(session, "later", 5))
     assert Message.objects.filter(session=session).count() == 2
+
+
+def test_a_batched_block_inside_a_callers_transaction_leaves_nothing_behind(make_user) -> None:
+    """The test's own transaction is the caller's: inserts held at the block's end are sent
+    then, and an inner savepoint's end carries them too."""
+    session = Session.objects.create(user=make_user())
+    with batched():
+        insert(_message(session, "a", 1))
+    with batched(), transaction.atomic():
+        insert(_message(session, "b", 2))
+    with pytest.raises(IntegrityError), batched(), transaction.atomic():
+        insert(_message(session, "a", 3))
+    assert sorted(Message.objects.filter(session=session).values_list("client_id", flat=True)
+                  ) == ["a", "b"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_lock_goes_with_the_read_it_guards(make_user) -> None:
+    user = make_user()
+    sent: list[str] = []
+
+    def record(execute, sql, params, many, context):  # type: ignore[no-untyped-def]
+        sent.append(sql)
+        return execute(sql, params, many, context)
+
+    table = type(user)._meta.db_table
+    lock = f"SELECT id FROM {table} WHERE id = %s"  # noqa: S608
+    if connection.features.has_select_for_update:
+        lock += " FOR UPDATE"
+    with batched(), transaction.atomic(), connection.execute_wrapper(record):
+        later(lock, [user.id])
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT COUNT(*) FROM {table} WHERE id = %s", [user.id])  # noqa: S608
+            assert cursor.fetchone() == (1,)
+    later(f"SELECT id FROM {table} WHERE id = %s", [user.id])  # noqa: S608 - outside: at once
+    if connection.vendor == "postgresql":
+        assert len(sent) == 1 and "FOR UPDATE; SELECT COUNT" in sent[0]

@@ -25,7 +25,7 @@ from apps.sessions.selectors import as_uuid
 from apps.sessions.statemachine import apply_transition
 from rtcagent.errors import InvalidRequest, InvalidState, NotFound, PermissionDenied
 from rtcagent.jsonsafety import check_json, scrub_nul
-from rtcagent.rows import Columns, pipelined, split
+from rtcagent.rows import Columns, batched, split
 
 from .models import RTC_TRANSITIONS, TERMINAL_RTC_STATUSES, Rtc, RtcStatus
 from .serializers import rtc_to_dict
@@ -224,7 +224,7 @@ def rtc_submit_result(
         if refused:
             success, error = False, refused
     error = scrub_nul(error)
-    with pipelined(), transaction.atomic():  # the message's and Update's inserts with the commit
+    with batched(), transaction.atomic():  # the message's and Update's inserts with the commit
         rtc = _owned(user_id, rtc_id)
         _check_device(rtc, device_id)
         if rtc.status not in TERMINAL_RTC_STATUSES:

@@ -27,7 +27,7 @@ from apps.turns.models import ACTIVE_TURN_STATUSES, Turn, TurnStatus
 from rtcagent.conf import rtc_setting
 from rtcagent.errors import ClientIdConflict, InvalidRequest, InvalidState, NotFound, RateLimited
 from rtcagent.returning import update_returning
-from rtcagent.rows import insert, pipelined
+from rtcagent.rows import batched, insert, later
 
 from .models import (
     SESSION_TRANSITIONS,
@@ -344,8 +344,10 @@ def _limit_counts(user_id: int, since: datetime | None) -> tuple[int, int]:
     )
     stamp = connection.ops.adapt_datetimefield_value(since or timezone.now())
     prefix = RESERVED_CLIENT_ID_PREFIX
+    # in a batched send the lock goes with the count, in the same round trip (``rows.later``):
+    # PostgreSQL runs them in order, and takes the count's snapshot once the lock is held
+    later(lock, [user_id])
     with connection.cursor() as cursor:
-        cursor.execute(lock, [user_id])
         cursor.execute(counts, [user_id, MessageRole.USER, len(prefix), prefix,
                                 user_id, TurnStatus.PENDING,
                                 user_id, stamp, TurnStatus.PENDING, since is not None])
@@ -604,9 +606,9 @@ def _message_send(
     from apps.turns.queue import enqueue_message
     from apps.turns.serializers import turn_to_dict
 
-    # its inserts and their commit in one round trip (``pipelined``: the IntegrityErrors that
-    # ``message_send`` catches come from the commit then, around the whole transaction)
-    with pipelined(), transaction.atomic():
+    # two round trips (``batched``): the BEGIN with the limit's lock and count, the inserts
+    # with the COMMIT, whose IntegrityError ``message_send`` catches around the transaction
+    with batched(), transaction.atomic():
         turn_limits_check(user_id=user_id, client_id=client_id)
         created = not server_session_id
         pk = None if created else as_uuid(server_session_id, "session")

@@ -52,7 +52,7 @@ from rtcagent.conf import rtc_setting
 from rtcagent.errors import InvalidState
 from rtcagent.redis import get_redis
 from rtcagent.returning import update_returning
-from rtcagent.rows import Columns, insert, pipelined
+from rtcagent.rows import Columns, batched, insert
 
 log = logging.getLogger(__name__)
 
@@ -593,7 +593,7 @@ class DjangoTurnPorts:
         # with the session's wake-up (``await_result``): a result can only come after the commit
         state.checkpoint_invalidate(
             self.tid, also=(self.hold.wake_key,) if self.hold is not None else ())
-        with pipelined(), transaction.atomic():  # its inserts sent with the next wait
+        with batched(), transaction.atomic():  # its inserts go with the next statement
             # One RTC per call message (this step's call): ids like "call_0" recur across the
             # answers of one turn, so the id alone would find an earlier call's RTC.
             input_msg, items, data_list = self._new_call_message(step, call)

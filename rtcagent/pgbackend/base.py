@@ -15,14 +15,29 @@ cut in the middle of it would, and Django drops that connection afterwards.
 
 Django has no setting for this; psycopg's pool would skip the check but change how connections
 are held across the turn threads, the ticks and the tests (``CONN_MAX_AGE``), so not now.
+
+Batched transactions (``batched``, used through ``rtcagent.rows.batched``): a transaction on a
+hot path is a few statements, most of them inserts whose reply nobody reads, and each one,
+with psycopg's ``BEGIN`` and the ``COMMIT``, is a round trip to PostgreSQL. Inside a batched
+transaction the ``BEGIN`` and every plain ``INSERT`` (no ``RETURNING``) wait, unsent, and go
+with the next statement in one query string (the simple query protocol runs several
+statements; Django's psycopg cursors bind parameters on the client), the last ones with the
+``COMMIT``. The statement they go with gets its own result as usual (the cursor is moved past
+theirs). psycopg's pipeline mode was tried first: it syncs on every change of autocommit and
+on leaving the pipeline, which cost as many round trips as it saved.
 """
 
 from __future__ import annotations
 
+import contextlib
 import select
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 from django.db.backends.postgresql import base
 from psycopg import pq
+
+_BEGIN = ("BEGIN", None)
 
 
 def _quiet(conn: object) -> bool:
@@ -39,7 +54,114 @@ def _quiet(conn: object) -> bool:
         return False
 
 
+def _deferrable(sql: str) -> bool:
+    """A plain ``INSERT`` (an upsert too): nobody reads its reply."""
+    head = sql.lstrip()[:7].upper()
+    return head == "INSERT " and "RETURNING" not in sql.upper()
+
+
+def _joined(statements: list[tuple[str, Any]]) -> tuple[str, list[Any]]:
+    """One query string of ``statements``, with their parameters in order (a statement without
+    parameters has its ``%`` doubled, as the string as a whole has some)."""
+    texts: list[str] = []
+    params: list[Any] = []
+    for sql, values in statements:
+        if values is None:
+            texts.append(sql.replace("%", "%%"))
+        else:
+            texts.append(sql)
+            params.extend(values)
+    return "; ".join(texts), params
+
+
 class DatabaseWrapper(base.DatabaseWrapper):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.batching = False  # inside ``batched``
+        self._held: list[tuple[str, Any]] = []  # statements waiting for the next one
+
+    @contextlib.contextmanager
+    def batched(self) -> Iterator[None]:
+        """Around a whole transaction (``with batched(), transaction.atomic():``): its
+        ``BEGIN`` and plain inserts go with the next statement, the last ones with the commit.
+        An insert's error (a unique constraint) is raised by the statement it goes with, at
+        the latest by the commit, as Django's own class."""
+        if self.batching:
+            yield
+            return
+        self.batching = True
+        try:
+            with self.execute_wrapper(self._batch_execute):
+                yield
+            if self._held:  # inserts of a block inside a caller's transaction: send them now
+                with self.cursor() as cursor:
+                    self._send(cursor, self._take())
+        finally:
+            self.batching = False
+            self._held.clear()
+
+    def hold(self, sql: str, params: list[Any]) -> bool:
+        """Keep a statement whose reply nobody reads (a lock) for the next one; False when not
+        in a batched transaction (the caller runs it)."""
+        if not (self.batching and self.in_atomic_block):
+            return False
+        self._held.append((sql, params))
+        return True
+
+    def _take(self) -> list[tuple[str, Any]]:
+        held, self._held = self._held, []
+        return held
+
+    def _send(self, cursor: Any, statements: list[tuple[str, Any]]) -> None:
+        """Run ``statements`` in one query string, as a statement of Django's."""
+        sql, params = _joined(statements)
+        cursor.execute(sql, params)
+
+    def _batch_execute(self, execute: Callable[..., Any], sql: str, params: Any, many: bool,
+                       context: dict[str, Any]) -> Any:
+        if not self.in_atomic_block:
+            return execute(sql, params, many, context)
+        if not many and _deferrable(sql) and not isinstance(params, Mapping):
+            self._held.append((sql, list(params) if params is not None else None))
+            return None
+        held = self._take()
+        if not held:
+            return execute(sql, params, many, context)
+        if many or isinstance(params, Mapping):
+            self._send(context["cursor"], held)
+            return execute(sql, params, many, context)
+        joined, values = _joined([*held, (sql, params)])
+        result = execute(joined, values, False, context)
+        raw = context["cursor"].cursor
+        for _ in held:  # the cursor shows the statement's own result, as if it ran alone
+            raw.nextset()
+        return result
+
+    def _set_autocommit(self, autocommit: bool) -> None:
+        if self.batching and not autocommit and not self.in_atomic_block:
+            # psycopg stays in autocommit: the BEGIN goes with the first statement
+            self._held.insert(0, _BEGIN)
+            return
+        super()._set_autocommit(autocommit)
+
+    def _commit(self) -> None:
+        if self._held:
+            held = self._take()
+            if held[0] is _BEGIN and len(held) == 1:  # nothing was written: nothing to send
+                return None
+            with self.wrap_database_errors, self.connection.cursor() as cursor:
+                cursor.execute(*_joined([*held, ("COMMIT", None)]))
+            return None
+        return super()._commit()
+
+    def _rollback(self) -> None:
+        self._held.clear()
+        return super()._rollback()
+
+    def _close(self) -> None:
+        self._held.clear()
+        return super()._close()
+
     def close_if_health_check_failed(self) -> None:
         if (self.connection is not None and self.health_check_enabled
                 and not self.health_check_done and _quiet(self.connection)):
