@@ -166,3 +166,15 @@ def test_a_lock_goes_with_the_read_it_guards(make_user) -> None:
     later(f"SELECT id FROM {table} WHERE id = %s", [user.id])  # noqa: S608 - outside: at once
     if connection.vendor == "postgresql":
         assert len(sent) == 1 and "FOR UPDATE; SELECT COUNT" in sent[0]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_inserts_held_before_a_many_statement_keep_their_order(make_user) -> None:
+    session = Session.objects.create(user=make_user())
+    table = Message._meta.db_table
+    with batched(), transaction.atomic():
+        insert(_message(session, "a", 1))  # held: sent before the executemany, not after it
+        with connection.cursor() as cursor:
+            cursor.executemany(f"UPDATE {table} SET role = %s WHERE client_id = %s",  # noqa: S608
+                               [("tool", "a"), ("tool", "b")])
+    assert Message.objects.get(client_id="a").role == "tool"

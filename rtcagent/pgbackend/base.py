@@ -78,6 +78,7 @@ class DatabaseWrapper(base.DatabaseWrapper):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.batching = False  # inside ``batched``
+        self._sending = False  # ``_send`` runs what was held: nothing is held again
         self._held: list[tuple[str, Any]] = []  # statements waiting for the next one
 
     @contextlib.contextmanager
@@ -113,13 +114,17 @@ class DatabaseWrapper(base.DatabaseWrapper):
         return held
 
     def _send(self, cursor: Any, statements: list[tuple[str, Any]]) -> None:
-        """Run ``statements`` in one query string, as a statement of Django's."""
+        """Run ``statements`` in one query string now, as a statement of Django's."""
         sql, params = _joined(statements)
-        cursor.execute(sql, params)
+        self._sending = True  # not held again, even if it is a lone insert
+        try:
+            cursor.execute(sql, params)
+        finally:
+            self._sending = False
 
     def _batch_execute(self, execute: Callable[..., Any], sql: str, params: Any, many: bool,
                        context: dict[str, Any]) -> Any:
-        if not self.in_atomic_block:
+        if not self.in_atomic_block or self._sending:
             return execute(sql, params, many, context)
         if not many and _deferrable(sql) and not isinstance(params, Mapping):
             self._held.append((sql, list(params) if params is not None else None))
