@@ -14,10 +14,11 @@ fields not read are deferred and load on access, as with ``only()``).
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from django.db import connections, models
+from django.db import DatabaseError, connections, models
 
 _INSERTS: dict[tuple[type[models.Model], str], str] = {}
 
@@ -41,14 +42,17 @@ class Columns:
         quote = connections[db].ops.quote_name
         return ", ".join(f"{self.alias}.{quote(f.column)}" for f in self.fields)
 
+    def statement(self, where: str, params: Sequence[Any], db: str = "default"
+                  ) -> tuple[str, list[Any]]:
+        """``SELECT <columns> FROM <table> <alias> <where>`` (``where``: the statement's rest,
+        conditions and order, with ``%s`` for ``params``) and its parameters."""
+        return (f"SELECT {self.sql(db)} FROM {self.model._meta.db_table} "  # noqa: S608
+                f"{self.alias} {where}", list(params))
+
     def select(self, where: str, params: Sequence[Any], db: str = "default") -> list[Any]:
-        """The instances of ``SELECT <columns> FROM <table> <alias> <where>`` (``where``: the
-        statement's rest, conditions and order, with ``%s`` for ``params``)."""
-        sql = (f"SELECT {self.sql(db)} FROM {self.model._meta.db_table} "  # noqa: S608
-               f"{self.alias} {where}")
-        with connections[db].cursor() as cursor:
-            cursor.execute(sql, list(params))
-            return self.build_all(cursor.fetchall(), db)
+        """The instances of ``statement(where, params)`` (read with ``read``: a statement
+        ``together`` sent already is not sent again)."""
+        return self.build_all(read(*self.statement(where, params, db), db=db), db)
 
     def converters(self, db: str = "default") -> list[tuple[int, Any, tuple[Any, ...]]]:
         """Each field's database converters, as the ORM finds them for a query (found once
@@ -150,3 +154,76 @@ def later(sql: str, params: Sequence[Any], db: str = "default") -> None:
         return
     with conn.cursor() as cursor:
         cursor.execute(sql, list(params))
+
+
+
+_fetched = threading.local()  # ``together``: rows read ahead, by (db, statement, parameters)
+
+
+def _key(db: str, sql: str, params: Sequence[Any]) -> tuple[Any, ...] | None:
+    try:
+        key = (db, sql, tuple(params))
+        hash(key)
+    except TypeError:  # a parameter that cannot be a key (a list, a dict): read on its own
+        return None
+    return key
+
+
+@contextlib.contextmanager
+def together(statements: Sequence[tuple[str, Sequence[Any]] | None],
+             db: str = "default") -> Iterator[None]:
+    """Read ``statements`` (independent ``SELECT``s; None entries are skipped) now, in one
+    round trip on PostgreSQL (one query string, each statement's rows its own result set),
+    one after the other elsewhere; inside the block, ``read`` of the same statement with the
+    same parameters takes its rows instead of asking the database again. For a request's
+    reads that several modules make one after the other (the conversation's summary, the
+    reminders, the memories), whose statements the caller can name beforehand. Rows not taken
+    by the end of the block are dropped."""
+    wanted = [(sql, list(params)) for sql, params in (s for s in statements if s is not None)]
+    keyed = [(k, sql, params) for sql, params in wanted
+             if (k := _key(db, sql, params)) is not None]
+    store: dict[tuple[Any, ...], list[Any]] = getattr(_fetched, "rows", None) or {}
+    conn = connections[db]
+    try:
+        with conn.cursor() as cursor:
+            if conn.vendor == "postgresql" and len(keyed) > 1:
+                texts, values = [], []
+                for _, sql, params in keyed:
+                    texts.append(sql)
+                    values.extend(params)
+                cursor.execute("; ".join(texts), values)
+                for i, (key, _, _) in enumerate(keyed):
+                    if i:
+                        cursor.nextset()
+                    store[key] = cursor.fetchall()
+            else:
+                for key, sql, params in keyed:
+                    cursor.execute(sql, params)
+                    store[key] = cursor.fetchall()
+    except DatabaseError:
+        if conn.in_atomic_block:  # the transaction is broken: its caller must know
+            raise
+        # outside a transaction each reader asks again on its own, and fails (or copes, as
+        # a request's reminders do) as it did before this function
+        for key, _, _ in keyed:
+            store.pop(key, None)
+    outer = getattr(_fetched, "rows", None)
+    _fetched.rows = store
+    try:
+        yield
+    finally:
+        for key, _, _ in keyed:
+            store.pop(key, None)
+        _fetched.rows = outer
+
+
+def read(sql: str, params: Sequence[Any], db: str = "default") -> list[Any]:
+    """The rows of a ``SELECT``: those ``together`` read already, else from the database."""
+    store = getattr(_fetched, "rows", None)
+    if store:
+        key = _key(db, sql, params)
+        if key is not None and key in store:
+            return store.pop(key)
+    with connections[db].cursor() as cursor:
+        cursor.execute(sql, list(params))
+        return cursor.fetchall()

@@ -9,13 +9,13 @@ import uuid
 from datetime import timedelta
 
 import pytest
-from django.db import IntegrityError, connection, transaction
+from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.utils import timezone
 
 from apps.rtc.models import Rtc
 from apps.sessions.models import Message, Session
 from apps.turns.models import Turn
-from rtcagent.rows import Columns, batched, insert, later, split
+from rtcagent.rows import Columns, batched, insert, later, read, split, together
 
 pytestmark = pytest.mark.django_db
 
@@ -178,3 +178,45 @@ def test_inserts_held_before_a_many_statement_keep_their_order(make_user) -> Non
             cursor.executemany(f"UPDATE {table} SET role = %s WHERE client_id = %s",  # noqa: S608
                                [("tool", "a"), ("tool", "b")])
     assert Message.objects.get(client_id="a").role == "tool"
+
+
+def test_reads_sent_together_are_each_taken_by_their_reader(make_user) -> None:
+    user = make_user()
+    a = Session.objects.create(user=user, title="a")
+    b = Session.objects.create(user=user, title="b")
+    table = Session._meta.db_table
+    title = f"SELECT title FROM {table} WHERE id = %s"  # noqa: S608
+    pk = Session._meta.pk.get_db_prep_value
+    sent: list[str] = []
+
+    def record(execute, sql, params, many, context):  # type: ignore[no-untyped-def]
+        sent.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(record):
+        with together([(title, [pk(a.id, connection)]), None, (title, [pk(b.id, connection)])]):
+            Session.objects.filter(pk=a.pk).update(title="a, later")  # after the read: unseen
+            assert read(title, [pk(a.id, connection)]) == [("a",)]
+            assert read(title, [pk(b.id, connection)]) == [("b",)]
+            assert read(title, [pk(a.id, connection)]) == [("a, later",)]  # taken: asked again
+        assert read(title, [pk(b.id, connection)]) == [("b",)]  # the block's rows are gone
+    if connection.vendor == "postgresql":  # both reads in one statement
+        assert len(sent) == 4 and sent[0].count("SELECT title") == 2
+    else:
+        assert len(sent) == 5
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_failing_read_among_others_fails_only_its_reader(make_user) -> None:
+    session = Session.objects.create(user=make_user(), title="kept")
+    table = Session._meta.db_table
+    good = (f"SELECT title FROM {table} WHERE id = %s",  # noqa: S608
+            [Session._meta.pk.get_db_prep_value(session.id, connection)])
+    broken = (f"SELECT no_such_column FROM {table}", [])  # noqa: S608
+    # inside a transaction the error is the caller's at once
+    with pytest.raises(DatabaseError), transaction.atomic(), together([good, broken]):
+        pass
+    with together([good, broken]):  # outside one: each reader asks again on its own
+        assert read(*good) == [("kept",)]
+        with pytest.raises(DatabaseError):
+            read(*broken)

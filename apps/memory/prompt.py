@@ -17,10 +17,11 @@ caller adds nothing to the prompt.
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 from django.db import connection
 
-from rtcagent.rows import Columns
+from rtcagent.rows import Columns, read
 
 from .limits import memory_setting
 from .models import PINNED_IMPORTANCE, SessionCategory, SessionMemory, UserMemory
@@ -87,20 +88,24 @@ _SESSION_MEMORY = Columns(SessionMemory, "e")  # hand-written: before every turn
 
 
 def _latest_session_entries(session_id: uuid.UUID | str) -> list[SessionMemory]:
-    count = int(memory_setting("MEMORY_SESSION_INJECT"))
     budget = int(memory_setting("MEMORY_SESSION_INJECT_TOKENS"))
     picked: list[SessionMemory] = []
     used = 0
-    latest = _SESSION_MEMORY.select(
-        "WHERE e.session_id = %s ORDER BY e.id DESC LIMIT %s",
-        [SessionMemory._meta.get_field("session").get_db_prep_value(session_id, connection),
-         count])
-    for m in latest:
+    for m in _SESSION_MEMORY.build_all(read(*session_entries_statement(session_id))):
         if used + m.tokens > budget:
             break
         picked.append(m)
         used += m.tokens
     return picked[::-1]
+
+
+def session_entries_statement(session_id: uuid.UUID | str) -> tuple[str, list[Any]]:
+    """The statement of the session's latest entries (``rtcagent.rows.together`` reads it with
+    others)."""
+    return _SESSION_MEMORY.statement(
+        "WHERE e.session_id = %s ORDER BY e.id DESC LIMIT %s",
+        [SessionMemory._meta.get_field("session").get_db_prep_value(session_id, connection),
+         int(memory_setting("MEMORY_SESSION_INJECT"))])
 
 
 def recalled_memory_text(*, user_id: int, session_id: str, query: str) -> str:

@@ -21,7 +21,7 @@ from django.db.models import Q
 
 from apps.sessions.models import Session
 from rtcagent.errors import InvalidRequest, NotFound
-from rtcagent.rows import Columns
+from rtcagent.rows import Columns, read
 
 from . import search
 from .models import IMPORTANCE_RANK, IMPORTANCE_WEIGHT, PINNED_IMPORTANCE, SessionMemory, UserMemory
@@ -69,11 +69,16 @@ _USER_MEMORY = Columns(UserMemory, "u")  # hand-written reads: before every turn
 def user_memories_pinned(user_id: int) -> list[UserMemory]:
     """Critical then high memories, each oldest first: an order that only changes when they do,
     so the prompt block built from it stays byte-identical between calls."""
-    marks = ", ".join(["%s"] * len(PINNED_IMPORTANCE))
-    rows = _USER_MEMORY.select(f"WHERE u.user_id = %s AND u.importance IN ({marks})",
-                               [user_id, *PINNED_IMPORTANCE])
+    rows = _USER_MEMORY.build_all(read(*pinned_statement(user_id)))
     rows.sort(key=lambda m: (-IMPORTANCE_RANK[m.importance], m.created_at, m.pk))
     return rows
+
+
+def pinned_statement(user_id: int) -> tuple[str, list[Any]]:
+    """``user_memories_pinned``'s statement (``rtcagent.rows.together`` reads it with others)."""
+    marks = ", ".join(["%s"] * len(PINNED_IMPORTANCE))
+    return _USER_MEMORY.statement(f"WHERE u.user_id = %s AND u.importance IN ({marks})",
+                                  [user_id, *PINNED_IMPORTANCE])
 
 
 def session_memories(session_id: uuid.UUID | str) -> list[SessionMemory]:

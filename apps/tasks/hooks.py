@@ -20,6 +20,7 @@ from typing import Any
 from django.db import connection
 
 from apps.sessions.models import Session
+from rtcagent.rows import read
 
 from .goals import goal_round
 from .models import Goal, GoalStatus
@@ -45,19 +46,10 @@ def prompt_reminders(session_id: uuid.UUID | str) -> list[str]:
     times as much CPU to build as to run."""
     try:
         texts: list[str] = []
-        pk = Session._meta.pk.get_db_prep_value(uuid.UUID(str(session_id)), connection)
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"SELECT s.todo_list, g.condition, g.rounds, g.max_rounds"  # noqa: S608
-                f" FROM {Session._meta.db_table} s LEFT JOIN {Goal._meta.db_table} g"
-                " ON g.session_id = s.id AND g.status = %s WHERE s.id = %s"
-                " ORDER BY g.id LIMIT 1",
-                [GoalStatus.ACTIVE, pk],
-            )
-            row = cursor.fetchone()
-        if row is None:
+        found = read(*reminders_statement(session_id))
+        if not found:
             return texts
-        todo_list, condition, rounds, max_rounds = row
+        todo_list, condition, rounds, max_rounds = found[0]
         if condition is not None:
             texts.append(goal_reminder(condition=condition, rounds=rounds,
                                        max_rounds=max_rounds))
@@ -70,3 +62,12 @@ def prompt_reminders(session_id: uuid.UUID | str) -> list[str]:
     except Exception:
         log.exception("reminders of session %s failed", session_id)
         return []
+
+
+def reminders_statement(session_id: uuid.UUID | str) -> tuple[str, list[Any]]:
+    """``prompt_reminders``'s statement (``rtcagent.rows.together`` reads it with others)."""
+    pk = Session._meta.pk.get_db_prep_value(uuid.UUID(str(session_id)), connection)
+    return (f"SELECT s.todo_list, g.condition, g.rounds, g.max_rounds"  # noqa: S608
+            f" FROM {Session._meta.db_table} s LEFT JOIN {Goal._meta.db_table} g"
+            " ON g.session_id = s.id AND g.status = %s WHERE s.id = %s"
+            " ORDER BY g.id LIMIT 1", [GoalStatus.ACTIVE, pk])

@@ -54,6 +54,7 @@ from apps.turns.models import Turn
 from apps.turns.profiles import ModelProfile
 from rtcagent import keys
 from rtcagent.redis import get_redis
+from rtcagent.rows import together
 
 log = logging.getLogger(__name__)
 
@@ -245,12 +246,13 @@ class TurnContext:
         target = min(profile.compression_threshold,
                      int(cp.context.get("limit") or profile.compression_threshold))
         hard = profile.context_window - profile.max_output_tokens
-        conv = self._load(cp)
-        cleared = state["cleared"]
-        last_call = state["last_call"]
-        if last_call is None or self.clock() - last_call >= profile.cache_cold_seconds:
-            cleared = max(cleared, _boundary(conv, profile.keep_recent_tool_results))
-        messages, parts = self._assemble(conv, level, cleared, tools)
+        with together(self._first_reads()):  # one round trip for the request's short reads
+            conv = self._load(cp)
+            cleared = state["cleared"]
+            last_call = state["last_call"]
+            if last_call is None or self.clock() - last_call >= profile.cache_cold_seconds:
+                cleared = max(cleared, _boundary(conv, profile.keep_recent_tool_results))
+            messages, parts = self._assemble(conv, level, cleared, tools)
         compacted: set[bool] = set()
         microcompacted = False
         while (n := sum(p[1] for p in parts) + tokens.REPLY_PRIMING) >= target:
@@ -309,6 +311,23 @@ class TurnContext:
         return True
 
     # -- internals --
+
+    def _first_reads(self) -> list[tuple[str, list[Any]] | None]:
+        """The statements a build reads before its first layout, independent of each other:
+        the conversation's latest summary, the reminders and, the first time in a run, the
+        pinned and the session's memories. ``rtcagent.rows.together`` sends them at once
+        (one round trip on PostgreSQL, where they were four), and each reader takes its rows."""
+        from apps.memory.prompt import session_entries_statement
+        from apps.memory.selectors import pinned_statement
+        from apps.tasks.hooks import reminders_statement
+
+        reads = [conversation.summary_statement(self.session.id),
+                 reminders_statement(self.session.id)]
+        if self._system is None:
+            reads.append(pinned_statement(self.session.user_id))
+        if self._recalled is None:
+            reads.append(session_entries_statement(self.session.id))
+        return reads
 
     def _load(self, cp: Any) -> conversation.Conversation:
         return conversation.load(self.session, self.turn, turn_steps=cp.step)

@@ -36,7 +36,7 @@ from apps.attachments.prompt import user_content
 from apps.attachments.services import attachments_for_conversation, files_of, image_data_url
 from apps.sessions.models import ContentType, Message, MessageRole, Session
 from apps.turns.models import Turn
-from rtcagent.rows import Columns
+from rtcagent.rows import Columns, read
 
 SUMMARY_HEADER = "Summary of the conversation:\n"
 FILES_HEADER = (
@@ -215,6 +215,20 @@ def _latest_summary(session_id: Any) -> Tail | None:
 
     Written as SQL: it runs before every model call, and the ORM took 0.6 ms of CPU to build
     it against 0.1 ms for the whole statement written out."""
+    statement = summary_statement(session_id)
+    if statement is None:
+        return None
+    found = read(*statement)
+    row = found[0] if found else None
+    if row is None or row[2] is None:
+        return None
+    return Tail(summary_id=uuid.UUID(str(row[0])), start_id=uuid.UUID(str(row[1])),
+                since=int(row[2]))
+
+
+def summary_statement(session_id: Any) -> tuple[str, list[Any]] | None:
+    """``_latest_summary``'s statement (``rtcagent.rows.together`` reads it with others);
+    None on a database without ``_IS_SUMMARY``."""
     is_summary = _IS_SUMMARY.get(connection.vendor)
     if is_summary is None:
         return None
@@ -230,14 +244,7 @@ def _latest_summary(session_id: Any) -> Tail | None:
         LEFT JOIN {turn} pt ON pt.id = p.turn_id
         LEFT JOIN {message} tm ON tm.id = pt.trigger_message_id
     """  # noqa: S608
-    key = Message._meta.get_field("session").get_db_prep_value(session_id, connection)
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [key])
-        row = cursor.fetchone()
-    if row is None or row[2] is None:
-        return None
-    return Tail(summary_id=uuid.UUID(str(row[0])), start_id=uuid.UUID(str(row[1])),
-                since=int(row[2]))
+    return sql, [Message._meta.get_field("session").get_db_prep_value(session_id, connection)]
 
 
 def conversation_for(session: Session, turn: Turn | None = None) -> list[dict[str, Any]]:
