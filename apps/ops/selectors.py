@@ -131,3 +131,8 @@ def price_of(model: str) -> ModelPrice | None:
     it for its profile before the model is asked, and each answer's accounting after."""
     rows = _PRICE.select("WHERE p.model = %s", [model])
     return rows[0] if rows else None
+
+
+def price_statement(model: str) -> tuple[str, list[Any]]:
+    """``price_of``'s statement (``rtcagent.rows.together`` reads it with others)."""
+    return _PRICE.statement("WHERE p.model = %s", [model])

@@ -47,6 +47,7 @@ from apps.gateway.events import item
 from apps.live.ports import ports_for
 from apps.live.services import input_skipped, take_in_earlier_inputs
 from apps.ops import processes
+from apps.ops.selectors import price_statement
 from apps.rtc.models import TERMINAL_RTC_STATUSES, Rtc
 from apps.sessions.models import Message, Session
 from apps.sessions.serializers import message_to_dict
@@ -56,12 +57,13 @@ from apps.turns import engine, queue, state
 from apps.turns.llm import ChatModel, OpenAIChat
 from apps.turns.llm_errors import LLMError
 from apps.turns.models import ACTIVE_TURN_STATUSES, TERMINAL_TURN_STATUSES, Turn, TurnStatus
+from apps.turns.profiles import current_model
 from apps.turns.runner import DjangoTurnPorts, HoldLost, TurnEnded, publish_turn
 from apps.turns.serializers import turn_to_dict
 from rtcagent import layer
 from rtcagent.conf import rtc_setting
 from rtcagent.redis import get_redis
-from rtcagent.rows import Columns, split
+from rtcagent.rows import Columns, read, split, together
 
 log = logging.getLogger(__name__)
 
@@ -93,21 +95,25 @@ def _turn_with_session_sql() -> str:
             "WHERE t.id = %s AND t.session_id = %s")
 
 
-def _turn_with_session(turn_id: object, session_id: object) -> Turn | None:
-    """The turn with its session, in one hand-written statement (``rtcagent.rows``): on the
-    path of every new message's first chunk, where the ORM's two-model ``select_related``
-    cost several times its run to compile."""
+def _turn_with_session_statement(turn_id: object, session_id: object
+                                  ) -> tuple[str, list[Any]] | None:
     try:
         keys = [Turn._meta.pk.get_db_prep_value(uuid.UUID(str(turn_id)), connection),
                 Session._meta.pk.get_db_prep_value(uuid.UUID(str(session_id)), connection)]
     except ValueError:
         return None
-    with connection.cursor() as cursor:
-        cursor.execute(_turn_with_session_sql(), keys)
-        row = cursor.fetchone()
-    if row is None:
+    return _turn_with_session_sql(), keys
+
+
+def _turn_with_session(turn_id: object, session_id: object) -> Turn | None:
+    """The turn with its session, in one hand-written statement (``rtcagent.rows``): on the
+    path of every new message's first chunk, where the ORM's two-model ``select_related``
+    cost several times its run to compile."""
+    statement = _turn_with_session_statement(turn_id, session_id)
+    found = read(*statement) if statement is not None else []
+    if not found:
         return None
-    turn, session = split(row, _TURN_WITH_SESSION)
+    turn, session = split(found[0], _TURN_WITH_SESSION)
     turn.session = session
     return turn
 
@@ -386,10 +392,14 @@ class Worker:
     def _carry_on(self, session_id: str, turn_id: object) -> None:
         """Run the message's turn that exists already, unless it ended. A pending one never
         ran: nothing of it is written but its message."""
-        turn = _turn_with_session(turn_id, session_id)
-        if turn is not None and turn.status not in TERMINAL_TURN_STATUSES:
-            fresh = turn.status == TurnStatus.PENDING
-            self.run_turn(turn, session=turn.session, messages=1 if fresh else None)
+        # the turn with its session and the deployment model's price row (its profile, which
+        # the ports read first): one round trip (``rtcagent.rows.together``)
+        with together([_turn_with_session_statement(turn_id, session_id),
+                       price_statement(current_model())]):
+            turn = _turn_with_session(turn_id, session_id)
+            if turn is not None and turn.status not in TERMINAL_TURN_STATUSES:
+                fresh = turn.status == TurnStatus.PENDING
+                self.run_turn(turn, session=turn.session, messages=1 if fresh else None)
 
     def run_turn(self, turn: Turn, *, checkpoint: dict[str, Any] | None = None,
                  session: Session | None = None, messages: int | None = None) -> None:

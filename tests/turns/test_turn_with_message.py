@@ -280,3 +280,33 @@ def test_pending_turns_count_as_queued_for_the_cap(make_user, settings) -> None:
         _send(user, "c")
     turn_transition(turn_id=a.turn.id, to="running")  # a worker started it: a slot frees
     assert _send(user, "c").turn is not None
+
+
+def test_the_turns_first_reads_go_together(make_user, llm) -> None:
+    """The worker reads the turn with its session and the model's price row in one statement,
+    and the prompt's summary, reminders and memories in one more (PostgreSQL: one query string
+    each; elsewhere one by one); the answer is the same."""
+    from django.db import connection
+
+    from apps.ops.models import ModelPrice
+
+    user = make_user()
+    llm.enqueue({"content": "Hello."})
+    sent = _send(user, "hi")
+    statements: list[str] = []
+
+    def record(execute, sql, params, many, context):  # type: ignore[no-untyped-def]
+        statements.append(sql)
+        return execute(sql, params, many, context)
+
+    worker = _worker(llm)
+    with connection.execute_wrapper(record):
+        _run_next(worker)
+    assert Turn.objects.get(pk=sent.turn.id).status == "completed"
+    price, turn = ModelPrice._meta.db_table, Turn._meta.db_table
+    if connection.vendor != "postgresql":
+        return
+    first = statements[0]
+    assert f"FROM {turn} t" in first and f"FROM {price} p" in first and "; " in first
+    prompt = next(s for s in statements if "tasks_goal" in s)
+    assert "memory_sessionmemory" in prompt and "memory_usermemory" in prompt
