@@ -8,4 +8,9 @@ class TurnsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from django.db.backends.signals import connection_created
+
         from apps.turns import checks  # noqa: F401 - registers the Redis eviction check
+        from apps.turns.warmup import warm_connection
+
+        connection_created.connect(warm_connection, dispatch_uid="rtcagent.warm_connection")

@@ -68,3 +68,46 @@ def test_a_database_that_is_away_does_not_break_the_idle_loop(monkeypatch) -> No
             monkeypatch.setitem(connection.settings_dict, "HOST", "127.0.0.1")
             monkeypatch.setitem(connection.settings_dict, "PORT", str(taken.getsockname()[1]))
         assert _in_a_new_thread(_ready) == {"result": (False, False)}
+
+
+def test_a_new_connection_is_warmed_with_the_turn_paths_tables() -> None:
+    """PostgreSQL: a new connection reads no row from each table of the turn path, so that
+    its first turn does not load their catalog entries; elsewhere nothing is sent."""
+    from django.db import connections
+
+    from apps.turns.warmup import HOT_MODELS
+
+    fresh = connections.create_connection("default")
+    fresh.force_debug_cursor = True  # its statements are logged from the first one
+    try:
+        fresh.ensure_connection()
+        sent = [q["sql"] for q in fresh.queries_log]
+        with fresh.cursor() as cursor:  # and it works as usual afterwards
+            cursor.execute("SELECT 1")
+            assert cursor.fetchone() == (1,)
+    finally:
+        fresh.close()
+    if fresh.vendor != "postgresql":
+        assert not any("LIMIT 0" in s for s in sent)
+        return
+    from django.apps import apps
+
+    warm = next(s for s in sent if "LIMIT 0" in s)
+    for label in HOT_MODELS:
+        assert f'"{apps.get_model(label)._meta.db_table}" LIMIT 0' in warm
+
+
+def test_a_database_without_the_tables_is_left_as_it_is() -> None:
+    from django.db import connections
+
+    fresh = connections.create_connection("default")
+    if fresh.vendor != "postgresql":
+        pytest.skip("the warm-up is PostgreSQL's")
+    fresh.settings_dict = {**fresh.settings_dict, "NAME": "postgres"}  # no project tables
+    try:
+        fresh.ensure_connection()  # the warm-up fails quietly
+        with fresh.cursor() as cursor:
+            cursor.execute("SELECT 1")
+            assert cursor.fetchone() == (1,)
+    finally:
+        fresh.close()
