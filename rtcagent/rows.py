@@ -125,7 +125,6 @@ def insert(obj: models.Model, db: str = "default") -> None:
     obj._state.db = db
 
 
-
 @contextlib.contextmanager
 def batched(db: str = "default") -> Iterator[None]:
     """Around a whole transaction (``with batched(), transaction.atomic():``): on PostgreSQL
@@ -154,7 +153,6 @@ def later(sql: str, params: Sequence[Any], db: str = "default") -> None:
         return
     with conn.cursor() as cursor:
         cursor.execute(sql, list(params))
-
 
 
 _fetched = threading.local()  # ``together``: rows read ahead, by (db, statement, parameters)

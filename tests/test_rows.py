@@ -220,3 +220,17 @@ def test_a_failing_read_among_others_fails_only_its_reader(make_user) -> None:
         assert read(*good) == [("kept",)]
         with pytest.raises(DatabaseError):
             read(*broken)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_inserts_held_before_a_server_side_cursor_are_sent_first(make_user) -> None:
+    """``iterator()`` on PostgreSQL reads through a named cursor, whose statement becomes a
+    ``DECLARE``: the held BEGIN and inserts go before it, not inside it."""
+    session = Session.objects.create(user=make_user())
+    with batched(), transaction.atomic():
+        insert(_message(session, "a", 1))
+        insert(_message(session, "b", 2))
+        found = list(Message.objects.filter(session=session).order_by("global_offset")
+                     .values_list("client_id", flat=True).iterator(chunk_size=1))
+    assert found == ["a", "b"]
+    assert Message.objects.filter(session=session).count() == 2

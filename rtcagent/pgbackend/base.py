@@ -132,12 +132,15 @@ class DatabaseWrapper(base.DatabaseWrapper):
         held = self._take()
         if not held:
             return execute(sql, params, many, context)
-        if many or isinstance(params, Mapping):
-            self._send(context["cursor"], held)
+        raw = context["cursor"].cursor
+        if many or isinstance(params, Mapping) or getattr(raw, "name", None):
+            # an executemany, named parameters or a server-side cursor (``iterator()``, whose
+            # statement becomes a DECLARE): what is held goes first, on a cursor of its own
+            with self.cursor() as cursor:
+                self._send(cursor, held)
             return execute(sql, params, many, context)
         joined, values = _joined([*held, (sql, params)])
         result = execute(joined, values, False, context)
-        raw = context["cursor"].cursor
         for _ in held:  # the cursor shows the statement's own result, as if it ran alone
             raw.nextset()
         return result
