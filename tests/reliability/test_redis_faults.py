@@ -57,7 +57,10 @@ async def _start_turns(
     (tabs, [(tab, session id)])."""
     _script(model)
     people = [await sync_to_async(make_user)() for _ in range(users)]
-    tabs = [await exits.enter_async_context(Browser(stack.web, user)) for user in people]
+    # the sends all go at once: on SQLite (one writer at a time) the last replies of fifty
+    # came after the client's default 5 s once in a loaded CI run (2026-12-07)
+    tabs = [await exits.enter_async_context(Browser(stack.web, user, timeout=30.0))
+            for user in people]
     sent = await asyncio.gather(*(tabs[i % users].send(f"job {i}") for i in range(count)))
     jobs = [(tabs[i % users], s["result"]["session_id"]) for i, s in enumerate(sent)]
     await _until(lambda: Turn.objects.filter(status="interrupted").count() == count

@@ -78,11 +78,12 @@ class Workers:
 class Browser:
     """A user's tab: the official client plus the entity state rebuilt from Updates."""
 
-    def __init__(self, server: LiveServer, user: Any) -> None:
+    def __init__(self, server: LiveServer, user: Any, *, timeout: float = 5.0) -> None:
         self.user = user
         self.rec = Recorder()
         self.client = Client(
-            server.ws_url, events=self.rec, token=issue_access_token(user), proxy=None
+            server.ws_url, events=self.rec, token=issue_access_token(user), proxy=None,
+            timeout=timeout,  # the client's default, a reply's wait
         )
         self.entities: dict[tuple[str, str], dict[str, Any]] = {}
         self.updates: list[dict[str, Any]] = []
