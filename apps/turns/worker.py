@@ -486,8 +486,8 @@ class Worker:
     def sweep_if_due(self) -> bool:
         """The loop's sweep, by one worker of the deployment each ``SWEEP_EVERY`` (whichever
         takes ``SWEEP_KEY`` first), so that housekeeping's queries do not grow with the number
-        of worker processes (each swept every second before: 2.7 % of a core per idle worker,
-        most of it the sweep's ORM queries). Redis away: this worker sweeps what it can."""
+        of worker processes (each swept every second before: five statements, about 5 ms of
+        CPU, docs/performance.md). Redis away: this worker sweeps what it can."""
         try:
             due = bool(get_redis().set(SWEEP_KEY, "1", nx=True,
                                        px=int(SWEEP_EVERY * 1000 * 0.9)))
