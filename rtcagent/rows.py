@@ -144,6 +144,21 @@ def batched(db: str = "default") -> Iterator[None]:
         yield
 
 
+def joined(statements: Sequence[tuple[str, Sequence[Any] | None]]) -> tuple[str, list[Any]]:
+    """One query string of ``statements`` (PostgreSQL's simple query protocol runs several),
+    with their parameters in order; a statement without parameters (None) has its ``%``
+    doubled, since the string as a whole has some."""
+    texts: list[str] = []
+    params: list[Any] = []
+    for sql, values in statements:
+        if values is None:
+            texts.append(sql.replace("%", "%%"))
+        else:
+            texts.append(sql)
+            params.extend(values)
+    return "; ".join(texts), params
+
+
 def later(sql: str, params: Sequence[Any], db: str = "default") -> None:
     """Run a statement whose reply nobody reads (a lock): inside ``batched`` it goes with the
     next statement, in the same round trip; elsewhere it runs now."""
@@ -185,11 +200,7 @@ def together(statements: Sequence[tuple[str, Sequence[Any]] | None],
     try:
         with conn.cursor() as cursor:
             if conn.vendor == "postgresql" and len(keyed) > 1:
-                texts, values = [], []
-                for _, sql, params in keyed:
-                    texts.append(sql)
-                    values.extend(params)
-                cursor.execute("; ".join(texts), values)
+                cursor.execute(*joined([(sql, params) for _, sql, params in keyed]))
                 for i, (key, _, _) in enumerate(keyed):
                     if i:
                         cursor.nextset()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from django.db import DatabaseError, IntegrityError, connection, transaction
@@ -80,6 +81,14 @@ def test_a_read_over_several_tables_gives_the_orms_instances(make_user) -> None:
 
 
 
+def _recorder(sent: list[str]) -> Any:
+    """An execute wrapper that keeps each statement Django sends (its text)."""
+    def record(execute, sql, params, many, context):  # type: ignore[no-untyped-def]
+        sent.append(sql)
+        return execute(sql, params, many, context)
+    return record
+
+
 def _message(session: Session, client_id: str, offset: int) -> Message:
     return Message(id=uuid.uuid4(), session=session, user_id=session.user_id,
                    client_id=client_id, global_offset=offset, role="user",
@@ -90,10 +99,7 @@ def _message(session: Session, client_id: str, offset: int) -> Message:
 def test_a_batched_transaction_reads_and_updates_what_it_inserted(make_user) -> None:
     session = Session.objects.create(user=make_user())
     sent: list[str] = []
-
-    def record(execute, sql, params, many, context):  # type: ignore[no-untyped-def]
-        sent.append(sql)
-        return execute(sql, params, many, context)
+    record = _recorder(sent)
 
     with batched(), transaction.atomic(), connection.execute_wrapper(record):
         for n in range(3):
@@ -149,10 +155,7 @@ def test_a_batched_block_inside_a_callers_transaction_leaves_nothing_behind(make
 def test_a_lock_goes_with_the_read_it_guards(make_user) -> None:
     user = make_user()
     sent: list[str] = []
-
-    def record(execute, sql, params, many, context):  # type: ignore[no-untyped-def]
-        sent.append(sql)
-        return execute(sql, params, many, context)
+    record = _recorder(sent)
 
     table = type(user)._meta.db_table
     lock = f"SELECT id FROM {table} WHERE id = %s"  # noqa: S608
@@ -188,10 +191,7 @@ def test_reads_sent_together_are_each_taken_by_their_reader(make_user) -> None:
     title = f"SELECT title FROM {table} WHERE id = %s"  # noqa: S608
     pk = Session._meta.pk.get_db_prep_value
     sent: list[str] = []
-
-    def record(execute, sql, params, many, context):  # type: ignore[no-untyped-def]
-        sent.append(sql)
-        return execute(sql, params, many, context)
+    record = _recorder(sent)
 
     with connection.execute_wrapper(record):
         with together([(title, [pk(a.id, connection)]), None, (title, [pk(b.id, connection)])]):

@@ -37,6 +37,8 @@ from typing import Any
 from django.db.backends.postgresql import base
 from psycopg import pq
 
+from rtcagent.rows import joined
+
 _BEGIN = ("BEGIN", None)
 
 
@@ -58,20 +60,6 @@ def _deferrable(sql: str) -> bool:
     """A plain ``INSERT`` (an upsert too): nobody reads its reply."""
     head = sql.lstrip()[:7].upper()
     return head == "INSERT " and "RETURNING" not in sql.upper()
-
-
-def _joined(statements: list[tuple[str, Any]]) -> tuple[str, list[Any]]:
-    """One query string of ``statements``, with their parameters in order (a statement without
-    parameters has its ``%`` doubled, as the string as a whole has some)."""
-    texts: list[str] = []
-    params: list[Any] = []
-    for sql, values in statements:
-        if values is None:
-            texts.append(sql.replace("%", "%%"))
-        else:
-            texts.append(sql)
-            params.extend(values)
-    return "; ".join(texts), params
 
 
 class DatabaseWrapper(base.DatabaseWrapper):
@@ -115,7 +103,7 @@ class DatabaseWrapper(base.DatabaseWrapper):
 
     def _send(self, cursor: Any, statements: list[tuple[str, Any]]) -> None:
         """Run ``statements`` in one query string now, as a statement of Django's."""
-        sql, params = _joined(statements)
+        sql, params = joined(statements)
         self._sending = True  # not held again, even if it is a lone insert
         try:
             cursor.execute(sql, params)
@@ -139,8 +127,8 @@ class DatabaseWrapper(base.DatabaseWrapper):
             with self.cursor() as cursor:
                 self._send(cursor, held)
             return execute(sql, params, many, context)
-        joined, values = _joined([*held, (sql, params)])
-        result = execute(joined, values, False, context)
+        text, values = joined([*held, (sql, params)])
+        result = execute(text, values, False, context)
         for _ in held:  # the cursor shows the statement's own result, as if it ran alone
             raw.nextset()
         return result
@@ -158,7 +146,7 @@ class DatabaseWrapper(base.DatabaseWrapper):
             if held[0] is _BEGIN and len(held) == 1:  # nothing was written: nothing to send
                 return None
             with self.wrap_database_errors, self.connection.cursor() as cursor:
-                cursor.execute(*_joined([*held, ("COMMIT", None)]))
+                cursor.execute(*joined([*held, ("COMMIT", None)]))
             return None
         return super()._commit()
 
