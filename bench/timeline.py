@@ -90,7 +90,8 @@ CHAINS: dict[str, tuple[str, list[tuple[str, str]]]] = {
     "resume": ("rtc_submit_result>", [
         ("rtc_submit_result<",
          "result and its message stored, resume queued (the submit's transaction)"),
-        ("DjangoTurnPorts.rtc_outcome<", "a worker woke (or took the resume) and read the RTC"),
+        ("DjangoTurnPorts.record_result>",
+         "a worker woke with the outcome (or took the resume and read the RTC)"),
         ("DjangoTurnPorts.record_result<", "the result recorded"),
         ("OpenAIChat._attempt>", "prompt built"),
     ]),

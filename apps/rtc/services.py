@@ -27,6 +27,7 @@ from rtcagent.errors import InvalidRequest, InvalidState, NotFound, PermissionDe
 from rtcagent.jsonsafety import check_json, scrub_nul
 from rtcagent.rows import Columns, batched, split
 
+from . import tools
 from .models import RTC_TRANSITIONS, TERMINAL_RTC_STATUSES, Rtc, RtcStatus
 from .serializers import rtc_to_dict
 
@@ -137,13 +138,15 @@ def _finish(rtc: Rtc, call_msg: Message | None, ref: str | None) -> list[dict[st
 
     items: list[dict[str, Any]] = []
     data_list: list[dict[str, Any]] = []
+    text = None
     if ref is not None and call_msg is not None:
         msg = write_result_message(rtc, call_msg, ref)
+        text = msg.content["data"]["output"]
         items.append(item("message", "created", msg.id))
         data_list.append(message_to_dict(msg))
     items.append(item("rtc", "updated", rtc.id))
     data_list.append(rtc_to_dict(rtc))
-    _resume_after_commit(rtc)
+    _resume_after_commit(rtc, text)
     return [publish_update(user_id=rtc.user_id, items=items, data_list=data_list)]
 
 
@@ -158,11 +161,20 @@ def _published(rtc: Rtc) -> list[dict[str, Any]]:
                            data_list=[rtc_to_dict(rtc)])]
 
 
-def _resume_after_commit(rtc: Rtc) -> None:
-    from apps.turns.queue import enqueue_resume
+def _resume_after_commit(rtc: Rtc, written: str | None = None) -> None:
+    """After commit, the turn's resume, whose wake-up carries the finished RTC's outcome (a
+    worker waiting in place goes on without reading it back); ``written``: the text of the
+    result's message written with it (``_finish``)."""
+    from apps.turns.queue import enqueue_resume, wake_outcome
 
+    text = written if written is not None else tools.output_for_model(
+        rtc.status, rtc.result, rtc.error_message)
+    outcome = wake_outcome(rtc_id=rtc.id, call_id=rtc.tool_call_id, status=rtc.status,
+                           text=text, written=written is not None)
     transaction.on_commit(
-        lambda: enqueue_resume(rtc.session_id, rtc.turn_id, user_id=rtc.user_id), robust=True
+        lambda: enqueue_resume(rtc.session_id, rtc.turn_id, user_id=rtc.user_id,
+                               outcome=outcome),
+        robust=True,
     )
     from apps.rtc.gate import wake_after_commit
 

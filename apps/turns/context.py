@@ -68,6 +68,9 @@ RETRY_SHARE = 0.85  # after "context too long", aim this far below what was refu
 # Microcompact at the threshold suffices when it takes the prompt this far below it; otherwise
 # the prompt would be back over within a call or two, so auto compact runs as well.
 MICROCOMPACT_ROOM = 0.75
+# a session with up to this many messages has them read with a build's first reads, summary
+# or not (``TurnContext._first_reads``)
+PREFETCH_UPTO = 200
 
 
 @dataclass(frozen=True)
@@ -213,6 +216,8 @@ class TurnContext:
         # the session's state in Redis as this run last wrote it: only a build writes it, and
         # one run at a time builds a session's requests, so the run's later builds skip the read
         self._state: dict[str, Any] | None = None
+        self._summarised: bool | None = None  # whether the run's last build found a summary
+        self._state_unwritten = False
         self.last: Built | None = None
 
     # -- the parts that come from memory (read once per run of the turn) --
@@ -292,10 +297,19 @@ class TurnContext:
         shared = prompt.shared_prefix(previous, parts) if previous else None
         ratio = None if shared is None else shared / max(1, n)
         self._state = {"cleared": cleared, "last_call": self.clock(), "prev": parts}
-        _write_state(self.session.id, **self._state)
+        self._state_unwritten = True  # written once the request is out (``write_state``)
         self.last = Built(messages=messages, tokens=n, shared_prefix_ratio=ratio,
                           level=level.number)
         return self.last
+
+    def write_state(self) -> None:
+        """Store the state the last build left (``_state``) in Redis for the session's next
+        run, if not done yet: the turn's ports call it once the request is out, while the
+        model thinks, and when the run ends. This run's later builds use it from memory; a
+        crash before it leaves the previous build's, which the next run starts from."""
+        if self._state_unwritten and self._state is not None:
+            _write_state(self.session.id, **self._state)
+            self._state_unwritten = False
 
     def overflow(self, cp: Any) -> bool:
         """The provider refused the last request as too long: go up a level and aim below what
@@ -316,13 +330,23 @@ class TurnContext:
         """The statements a build reads before its first layout, independent of each other:
         the conversation's latest summary, the reminders and, the first time in a run, the
         pinned and the session's memories. ``rtcagent.rows.together`` sends them at once
-        (one round trip on PostgreSQL, where they were four), and each reader takes its rows."""
+        (one round trip on PostgreSQL, where they were four), and each reader takes its rows.
+
+        With them the whole conversation, which ``conversation.load`` reads when the session
+        has no summary: when the run's last build found none, or on its first build when the
+        session is short (``PREFETCH_UPTO`` messages, cheap to read even if a summary makes
+        them unneeded). A summary found after all makes ``load`` read its tail instead, and
+        the rows read here are dropped."""
         from apps.memory.prompt import session_entries_statement
         from apps.memory.selectors import pinned_statement
         from apps.tasks.hooks import reminders_statement
 
         reads = [conversation.summary_statement(self.session.id),
                  reminders_statement(self.session.id)]
+        if self._summarised is False or (
+                self._summarised is None
+                and self.session.last_message_offset <= PREFETCH_UPTO):
+            reads.append(conversation.all_rows_statement(self.session.id))
         if self._system is None:
             reads.append(pinned_statement(self.session.user_id))
         if self._recalled is None:
@@ -330,7 +354,9 @@ class TurnContext:
         return reads
 
     def _load(self, cp: Any) -> conversation.Conversation:
-        return conversation.load(self.session, self.turn, turn_steps=cp.step)
+        conv = conversation.load(self.session, self.turn, turn_steps=cp.step)
+        self._summarised = conv.summary is not None
+        return conv
 
     def _compact(self, conv: conversation.Conversation, level: Level, cleared: int) -> bool:
         profile = self.profile

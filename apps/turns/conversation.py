@@ -164,14 +164,17 @@ def _all_rows_sql() -> str:
             "WHERE m.session_id = %s AND m.deleted_at IS NULL")
 
 
+def all_rows_statement(session_id: Any) -> tuple[str, list[Any]]:
+    """``_all_rows``' statement (``rtcagent.rows.together`` reads it with others)."""
+    return _all_rows_sql(), [Message._meta.get_field("session").get_db_prep_value(session_id,
+                                                                                   connection)]
+
+
 def _all_rows(session_id: Any) -> list[Message]:
     """``_rows`` of a session without a summary, as one hand-written statement
     (``rtcagent.rows``): it runs before every model call, and the ORM's query with its
     two-join annotation cost more to compile than to run."""
-    key = Message._meta.get_field("session").get_db_prep_value(session_id, connection)
-    with connection.cursor() as cursor:
-        cursor.execute(_all_rows_sql(), [key])
-        rows = cursor.fetchall()
+    rows = read(*all_rows_statement(session_id))
     converters = _MESSAGE.converters()
     out = []
     for row in rows:

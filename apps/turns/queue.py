@@ -104,15 +104,16 @@ end
 
 
 # KEYS: list, ready, bell, owner, lock, wake. ARGV: item, session id, user id or "", owner ttl,
-# "1" for a resume item (it also wakes a holder waiting in place: ``wait_for_wake``).
+# for a resume item the wake-up pushed to a holder waiting in place (``wait_for_wake``: "1", or
+# the finished RTC's outcome), "" otherwise.
 _ENQUEUE = _FAIR + """
 redis.call('RPUSH', KEYS[1], ARGV[1])
 if ARGV[3] ~= '' then redis.call('SET', KEYS[4], ARGV[3], 'EX', ARGV[4])
 else redis.call('EXPIRE', KEYS[4], ARGV[4]) end
 if redis.call('EXISTS', KEYS[5]) == 1 then
   redis.call('ZADD', KEYS[2], 'NX', redis.call('GET', 'rtc:q:vclock') or '0', ARGV[2])
-  if ARGV[5] == '1' then
-    redis.call('LPUSH', KEYS[6], '1')
+  if ARGV[5] ~= '' then
+    redis.call('LPUSH', KEYS[6], ARGV[5])
     redis.call('LTRIM', KEYS[6], 0, 0)
     redis.call('PEXPIRE', KEYS[6], 60000)
   end
@@ -264,19 +265,21 @@ def _now_ms() -> int:
 
 
 def enqueue(
-    session_id: str, item: dict[str, Any], *, resume: bool = False, user_id: object = None
+    session_id: str, item: dict[str, Any], *, resume: bool = False, user_id: object = None,
+    wake: str = "1",
 ) -> None:
     """Append work for a session; resume items are always taken before messages.
 
     ``user_id`` records the session's owner for the fair order; without it the owner recorded
-    by an earlier enqueue is used.
+    by an earlier enqueue is used. ``wake``: what a resume item hands a holder waiting in
+    place (``Hold.wait_for_wake``).
     """
     get_redis().eval(
         _ENQUEUE, 6,
         _k(session_id, "resume" if resume else "msg"), READY, BELL, _k(session_id, "user"),
         _k(session_id, "lock"), _k(session_id, "wake"),
         json.dumps(item), session_id, "" if user_id is None else str(user_id), OWNER_TTL,
-        "1" if resume else "",
+        wake if resume else "",
     )
 
 
@@ -294,9 +297,28 @@ def _resume_item(turn_id: object) -> dict[str, Any]:
     return {"kind": "resume", "turn_id": str(turn_id)}
 
 
-def enqueue_resume(session_id: object, turn_id: object, *, user_id: object = None) -> None:
-    """Queue the continuation of a turn (its RTC finished, or nobody was running it)."""
-    enqueue(str(session_id), _resume_item(turn_id), resume=True, user_id=user_id)
+def enqueue_resume(session_id: object, turn_id: object, *, user_id: object = None,
+                   outcome: dict[str, Any] | None = None) -> None:
+    """Queue the continuation of a turn (its RTC finished, or nobody was running it).
+
+    ``outcome``: the finished RTC's, as committed (``wake_outcome``); a worker waiting in place
+    for it then goes on without reading the RTC back (``DjangoTurnPorts.await_result``)."""
+    enqueue(str(session_id), _resume_item(turn_id), resume=True, user_id=user_id,
+            wake="1" if outcome is None else json.dumps(outcome))
+
+
+WAKE_TEXT_MAX = 64 * 1024  # a longer outcome is read from the database instead
+
+
+def wake_outcome(*, rtc_id: object, call_id: str, status: str, text: str, written: bool
+                 ) -> dict[str, Any] | None:
+    """A finished RTC's outcome for ``enqueue_resume``: its id, its call's id, its status, the
+    text the model sees and whether its ``toolcall_output`` message was written with it; None
+    when the text is too long to pass through Redis twice."""
+    if len(text) > WAKE_TEXT_MAX:
+        return None
+    return {"rtc": str(rtc_id), "call": call_id, "status": status, "text": text,
+            "written": written}
 
 
 def pending(session_id: str) -> dict[str, int]:
@@ -397,12 +419,13 @@ class Hold:
         """Where ``enqueue`` pushes a wake-up; dropped before the waiter's RTC is created."""
         return _k(self.session_id, "wake")
 
-    def wait_for_wake(self, timeout: float) -> bool:
+    def wait_for_wake(self, timeout: float) -> str | None:
         """Block until a resume item of this session is enqueued (while held, ``enqueue``
-        also pushes a wake-up) or ``timeout`` seconds pass; True when woken. A hint, like the
-        bell: the caller reads the state it waits for either way."""
+        also pushes a wake-up) or ``timeout`` seconds pass; the wake-up ("1", or the JSON of
+        ``wake_outcome``), None when not woken. A hint, like the bell: the caller reads the
+        state it waits for unless the wake-up names it."""
         woken = get_redis().blpop([self.wake_key], timeout=max(0.01, timeout))
-        return woken is not None
+        return None if woken is None else woken[1]
 
     def drop_resumes(self, turn_id: object) -> int:
         """Remove the queued resume items of ``turn_id``: this holder continues the turn in

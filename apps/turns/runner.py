@@ -14,6 +14,7 @@ tools offered are the browser tools, the page's host functions and the server to
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import threading
 import time
@@ -197,6 +198,7 @@ class DjangoTurnPorts:
         self._last_call_msg: Message | None = None
         self._unwritten_call: tuple[int, dict[str, Any]] | None = None  # see record_call
         self._result_written: str | None = None  # see rtc_outcome
+        self._taken_resumes = False  # see drop_taken_resumes
         self._preloaded: dict[str, Any] | None = None
         self._unbilled: Callable[[], None] | None = None  # see settle
         self._starting: str | None = None  # the status ``begin`` deferred the move from
@@ -224,7 +226,33 @@ class DjangoTurnPorts:
 
         self.watch = interrupts.watch(self.tid)
         self.llm = WatchedModel(  # type: ignore[assignment]
-            llm, self.watch, opened=lambda: self.settle(quiet=True))
+            llm, self.watch, opened=self._request_out)
+
+    def _request_out(self) -> None:
+        """A model request is out (its response open): while the model thinks, what need
+        not come before it: the prompt's state for the next run, the queue's leftovers and
+        the last answer's accounting (``settle``). Each is retried when the run ends
+        (``after_run``)."""
+        self.after_run(quiet=True)
+        self.settle(quiet=True)
+
+    def after_run(self, *, quiet: bool = False) -> None:
+        """The prompt's state for the session's next run (``TurnContext.write_state``) and the
+        resume items of a result taken in place (``drop_taken_resumes``), if still to do: once
+        a request is out, and when the run ends (``Worker._run_turn``) whatever happened.
+        ``quiet``: a Redis failure is logged; what failed is retried at the run's end. Not
+        once the hold is lost: the session's new holder writes its own."""
+        if self._lost():
+            return
+        for what, step in (("prompt state", self.context.write_state),
+                           ("taken resume items", self.drop_taken_resumes)):
+            try:
+                step()
+            except Exception:
+                if not quiet:
+                    raise
+                log.warning("turn %s: storing its %s failed; retried when the run ends",
+                            self.tid, what, exc_info=True)
 
     def close(self) -> None:
         """The worker is done with this run of the turn."""
@@ -590,6 +618,7 @@ class DjangoTurnPorts:
         this thread lets the session go (a resume is taken only then); its older copy is
         dropped before the transaction (``state.checkpoint_invalidate``)."""
         self._check_hold()
+        self.drop_taken_resumes()  # the previous call's: not this one's, which do not exist yet
         # with the session's wake-up (``await_result``): a result can only come after the commit
         state.checkpoint_invalidate(
             self.tid, also=(self.hold.wake_key,) if self.hold is not None else ())
@@ -672,12 +701,37 @@ class DjangoTurnPorts:
             if left <= 0 or self.should_cancel() or (self.stopping and self.stopping.is_set()):
                 return self.rtc_outcome(rtc_id)
             woken = hold.wait_for_wake(min(left, 0.25))
-            outcome = self.rtc_outcome(rtc_id)
+            outcome = self._woken_outcome(rtc_id, woken) or self.rtc_outcome(rtc_id)
             if outcome.finished:
-                hold.drop_resumes(self.tid)
+                self._taken_resumes = True  # dropped once the next request is out
                 return outcome
             if not woken:  # a slow tool: the answer is accounted now, while nothing else runs
                 self.settle()
+
+    def _woken_outcome(self, rtc_id: str, woken: str | None) -> RtcOutcome | None:
+        """The outcome a wake-up carries (``queue.wake_outcome``: the RTC's as committed,
+        pushed after the commit), when it is this RTC's; None to read it instead."""
+        if not woken or not woken.startswith("{"):
+            return None
+        try:
+            data = json.loads(woken)
+        except ValueError:
+            return None
+        if data.get("rtc") != rtc_id or data.get("status") not in TERMINAL_RTC_STATUSES:
+            return None
+        if data.get("written"):
+            self._result_written = data["call"]  # the engine records it next: nothing to write
+        return RtcOutcome(True, data["text"], data["status"])
+
+    def drop_taken_resumes(self) -> None:
+        """The resume items of a result this run took in place (``await_result``), removed
+        from the queue once the next request is out, or before the turn's next RTC is made, or
+        when the run ends: not on the way from the result to the model. Until then the hold
+        keeps every other worker from taking them; one left by a crash resumes a turn that
+        finds its checkpoint ahead of it (a no-op run)."""
+        if self._taken_resumes and self.hold is not None:
+            self.hold.drop_resumes(self.tid)
+            self._taken_resumes = False
 
     # --- lifecycle --------------------------------------------------------------------------
 

@@ -457,6 +457,10 @@ class Worker:
             return
         finally:
             ports.settle(quiet=True)  # an answer left unaccounted by an exception
+            # what waited for a request that never went out (the turn paused or ended); a
+            # failure leaves the previous prompt state, or resume items whose run finds the
+            # turn ahead of it
+            ports.after_run(quiet=True)
         # Finished or paused: maybe queue a memory extraction (it runs later, between sessions).
         _isolated("memory extraction trigger", turn.session_id, _maybe_extract, turn.session_id)
         if outcome != engine.WAITING:

@@ -169,6 +169,104 @@ def test_a_quick_result_continues_the_turn_in_place(make_user, llm, wait_for) ->
                 .values_list("step", flat=True)) == [0, 1]
 
 
+def _rtc_reads(queries: list[dict[str, Any]]) -> int:
+    """How many of ``queries`` read one RTC by its id (``DjangoTurnPorts.rtc_outcome``)."""
+    return sum(1 for q in queries if (q["sql"] or "").startswith("SELECT")
+               and "WHERE r.id = " in q["sql"])
+
+
+def test_the_wake_up_carries_the_outcome_and_the_queue_is_tidied_after_the_request(
+        make_user, llm, wait_for, monkeypatch) -> None:
+    """The submit's wake-up carries the RTC's outcome as committed: the waiting worker goes
+    on without reading the RTC back, and drops the result's resume item once the next
+    request is out (not before it: nothing but the prompt's reads between result and
+    model)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    wait_for(5.0)
+    user = make_user()
+    _script(llm)
+    session = _send(user)
+    requests_at_drop: list[int] = []
+    drop = queue.Hold.drop_resumes
+
+    def counted_drop(hold: queue.Hold, turn_id: object) -> int:
+        requests_at_drop.append(len(llm.requests))
+        return drop(hold, turn_id)
+
+    monkeypatch.setattr(queue.Hold, "drop_resumes", counted_drop)
+    browser = _browser(user, session)
+    with CaptureQueriesContext(connection) as ctx:
+        hold = _claim_and_run(_worker(llm))
+    _join(browser)
+
+    turn = Turn.objects.get(session_id=session.id)
+    assert turn.status == "completed" and "interrupted" not in _turn_statuses(turn)
+    assert _rtc_reads(ctx.captured_queries) == 0
+    assert "the notes" in llm.requests[1].body["messages"][-1]["content"]
+    _result_came_with_its_message(turn)
+    # the result's resume item was removed once, after the second request had left
+    assert requests_at_drop == [2]
+    assert queue.pending(str(session.id)) == {"resume": 0, "msg": 0, "inflight": 0}
+    assert hold.take() is None
+
+
+def test_a_long_result_is_read_from_the_database_not_the_wake_up(
+        make_user, llm, wait_for) -> None:
+    """A result too long to pass through Redis again (``queue.WAKE_TEXT_MAX``) leaves the
+    wake-up bare: the worker reads it, and the model gets every character."""
+    wait_for(5.0)
+    user = make_user()
+    _script(llm)
+    session = _send(user)
+    long = "x" * (queue.WAKE_TEXT_MAX + 10)
+
+    def answer() -> None:
+        deadline = time.monotonic() + 10
+        while (rtc := Rtc.objects.filter(session_id=session.id).first()) is None:
+            assert time.monotonic() < deadline, "no RTC was created"
+            time.sleep(0.01)
+        rtc_submit_result(user_id=user.id, rtc_id=rtc.id, success=True, result=long,
+                          client_id="tab-1", device_id="d1")
+
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    browser = _in_thread(answer)
+    with CaptureQueriesContext(connection) as ctx:
+        _claim_and_run(_worker(llm))
+    _join(browser)
+    turn = Turn.objects.get(session_id=session.id)
+    assert turn.status == "completed" and "interrupted" not in _turn_statuses(turn)
+    assert _rtc_reads(ctx.captured_queries) >= 1
+    assert llm.requests[1].body["messages"][-1]["content"] == long
+
+
+def test_a_wake_up_naming_another_rtc_is_not_taken_for_this_one(make_user, llm) -> None:
+    """A wake-up's outcome is used only for the RTC it names, and only a finished one; any
+    other wake-up (a bare "1", another RTC's, one unreadable) means: read the RTC."""
+    import json
+
+    from apps.turns.llm import OpenAIChat
+    from apps.turns.runner import DjangoTurnPorts
+
+    user = make_user()
+    session = _send(user)
+    turn = Turn.objects.get(session_id=session.id)
+    ports = DjangoTurnPorts(turn, OpenAIChat(api_key="k", base_url=llm.base_url))
+    mine = {"rtc": "r-1", "call": "call_0", "status": "completed", "text": "ok",
+            "written": True}
+    for woken in (None, "1", "{not json", json.dumps({**mine, "rtc": "r-2"}),
+                  json.dumps({**mine, "status": "pending"})):
+        assert ports._woken_outcome("r-1", woken) is None
+    outcome = ports._woken_outcome("r-1", json.dumps(mine))
+    assert outcome is not None and (outcome.finished, outcome.text, outcome.status) == (
+        True, "ok", "completed")
+    assert ports._result_written == "call_0"  # its message came with the result
+    ports.close()
+
+
 def test_a_slow_tools_answer_is_accounted_while_the_worker_waits(
         make_user, llm, wait_for) -> None:
     """The wait's first quiet quarter second is used for the answer's bookkeeping: the browser

@@ -310,3 +310,45 @@ def test_the_turns_first_reads_go_together(make_user, llm) -> None:
     assert f"FROM {turn} t" in first and f"FROM {price} p" in first and "; " in first
     prompt = next(s for s in statements if "tasks_goal" in s)
     assert "memory_sessionmemory" in prompt and "memory_usermemory" in prompt
+    # a short session's conversation is read in the same round trip: no statement of its own
+    message = Message._meta.db_table
+    conversation = [s for s in statements if f"FROM {message} m LEFT JOIN" in s]
+    assert conversation == [prompt]
+    # the model had the whole conversation
+    assert llm.requests[0].body["messages"][-1]["content"] == "hi"
+
+
+def test_the_prompt_state_is_stored_once_the_request_is_out(make_user, llm, monkeypatch) -> None:
+    """The prompt's state for the session's next run (microcompact boundary, the last
+    request's parts) is written to Redis after the request has left, not on its way; a
+    request that never went out (the model refused the connection) still has it written
+    when the run ends."""
+    from apps.turns import context
+    from rtcagent import keys
+    from rtcagent.redis import get_redis
+
+    user = make_user()
+    written: list[int] = []
+    write = context._write_state
+
+    def counted(session_id: object, **fields: Any) -> None:
+        written.append(len(llm.requests))
+        write(session_id, **fields)
+
+    monkeypatch.setattr(context, "_write_state", counted)
+    llm.enqueue({"content": "Hello."})
+    sent = _send(user, "hi")
+    _run_next(_worker(llm))
+    assert Turn.objects.get(pk=sent.turn.id).status == "completed"
+    assert written == [1]  # the one request was out when its state was written
+    state = get_redis().hgetall(keys.context_state(sent.session.id))
+    assert state.get("prev") and state.get("last_call")
+
+    get_redis().delete(keys.context_state(sent.session.id))
+    written.clear()
+    llm.enqueue({"error": {"status": 400, "message": "bad request"}})
+    again = _send(user, "once more", sent.session)
+    _run_next(_worker(llm))
+    assert Turn.objects.get(pk=again.turn.id).status == "failed"
+    assert len(written) == 1  # at the run's end
+    assert get_redis().hgetall(keys.context_state(sent.session.id)).get("prev")
