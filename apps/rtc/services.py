@@ -15,8 +15,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import F
-from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from apps.gateway.events import item, publish_update
@@ -25,6 +23,7 @@ from apps.sessions.selectors import as_uuid
 from apps.sessions.statemachine import apply_transition
 from rtcagent.errors import InvalidRequest, InvalidState, NotFound, PermissionDenied
 from rtcagent.jsonsafety import check_json, scrub_nul
+from rtcagent.returning import IfNull
 from rtcagent.rows import Columns, batched, split
 
 from . import tools
@@ -53,9 +52,9 @@ def rtc_transition(
     now = timezone.now()
     stamps: dict[str, Any] = dict(values or {})
     if to == RtcStatus.SENT:
-        stamps["sent_at"] = Coalesce(F("sent_at"), now)
+        stamps["sent_at"] = IfNull(now)
     elif to == RtcStatus.EXECUTING:
-        stamps["started_at"] = Coalesce(F("started_at"), now)
+        stamps["started_at"] = IfNull(now)
     elif to in TERMINAL_RTC_STATUSES:
         stamps["completed_at"] = now
     scope = {"user_id": user_id} if user_id is not None else None

@@ -14,10 +14,12 @@ from collections.abc import Collection, Mapping
 from typing import Any, TypeVar
 
 from django.db import models
+from django.db.models import F
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from rtcagent.errors import InvalidState, NotFound
-from rtcagent.returning import update_returning
+from rtcagent.returning import IfNull, update_returning, update_where_returning
 
 M = TypeVar("M", bound=models.Model)
 
@@ -44,7 +46,8 @@ def apply_transition(
     return the row as the UPDATE left it (read back in the same statement).
 
     ``scope`` adds filters (owner, not soft-deleted) that make a row outside it ``NotFound``;
-    ``values`` are set in the same UPDATE (timestamps, result, error). ``updated_at`` is stamped.
+    ``values`` are set in the same UPDATE (timestamps, result, error; ``IfNull`` for a stamp made
+    the first time only). ``updated_at`` is stamped.
     ``only_from`` narrows the allowed predecessors (e.g. "reopen" is closed -> idle only).
     Raises ``InvalidState`` (details: ``{"status": current, "to": to}``) and changes nothing when
     the move is not allowed, including any move out of a terminal status.
@@ -55,10 +58,17 @@ def apply_transition(
     if only_from is not None:
         allowed = [status for status in allowed if status in only_from]
     if allowed:
-        changed = update_returning(
-            manager.filter(pk=pk, status__in=allowed, **scope),
-            status=to, updated_at=timezone.now(), **dict(values or {}),
+        moved = {"status": to, "updated_at": timezone.now(), **dict(values or {})}
+        changed = update_where_returning(  # the statement written once per shape
+            model, where={model._meta.pk.attname: pk, **scope}, where_in=("status", allowed),
+            values=moved, db=manager.db,
         )
+        if changed is None:  # an expression among the values: Django compiles it
+            changed = update_returning(
+                manager.filter(pk=pk, status__in=allowed, **scope),
+                **{k: Coalesce(F(k), v.value) if isinstance(v, IfNull) else v
+                   for k, v in moved.items()},
+            )
         if changed:
             return changed[0]
     current = manager.filter(pk=pk, **scope).values_list("status", flat=True).first()

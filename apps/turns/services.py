@@ -12,13 +12,12 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F
-from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from apps.sessions.selectors import as_uuid
 from apps.sessions.statemachine import apply_transition
 from rtcagent.errors import InvalidState
+from rtcagent.returning import IfNull
 
 from . import state
 from .models import ACTIVE_TURN_STATUSES, TERMINAL_TURN_STATUSES, TURN_TRANSITIONS, Turn, TurnStatus
@@ -45,7 +44,7 @@ def turn_transition(
     now = timezone.now()
     stamps: dict[str, Any] = dict(values or {})
     if to == TurnStatus.RUNNING:
-        stamps["started_at"] = Coalesce(F("started_at"), now)
+        stamps["started_at"] = IfNull(now)
     elif to in TERMINAL_TURN_STATUSES:
         stamps["completed_at"] = now
     scope = {"user_id": user_id} if user_id is not None else None
