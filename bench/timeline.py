@@ -16,7 +16,8 @@ and p90 of each:
   end) to the RTC's transaction committed (its Update's bell sent); the answer's accounting
   waits until the next request is out, or the wait for the result goes quiet;
 * ``resume``: a tool's result, from ``v1.rtc.submit_result`` reaching its service to the next
-  request leaving for the model (the ``tools`` case's resume).
+  request leaving for the model (the ``tools`` case's resume); the submit's commit is not on
+  this path when the waiting worker takes the result early (``apps.turns.queue``).
 
 The wrappers cost a few microseconds a call (of a coroutine function, only its call is timed,
 not its run); a step whose function was renamed is left out (``missing`` in the logs), never an
@@ -88,10 +89,8 @@ CHAINS: dict[str, tuple[str, list[tuple[str, str]]]] = {
          "call message, RTC and checkpoint committed, their Update's bell sent"),
     ]),
     "resume": ("rtc_submit_result>", [
-        ("rtc_submit_result<",
-         "result and its message stored, resume queued (the submit's transaction)"),
         ("DjangoTurnPorts.record_result>",
-         "a worker woke with the outcome (or took the resume and read the RTC)"),
+         "a worker took the result (offered before the submit's commit, or woken after it)"),
         ("DjangoTurnPorts.record_result<", "the result recorded"),
         ("OpenAIChat._attempt>", "prompt built"),
     ]),

@@ -36,6 +36,9 @@ DEFAULTS: dict[str, Any] = {
     # seconds a worker waits, turn in hand, for a browser tool's result before it lets the turn
     # go (interrupted); 0: never waits
     "RESULT_WAIT": 1.0,
+    # a worker waiting so may take the result before its commit, ask the model meanwhile and
+    # show nothing until the commit confirms it (apps.turns.queue: early results)
+    "EARLY_RESULTS": True,
     # Per-user caps on v1.message.send (and fork), answered rate_limited; 0 turns one off
     "MAX_QUEUED_TURNS_PER_USER": 20,  # messages waiting for their turn to start
     "MAX_TURNS_PER_HOUR": 600,  # turns started in the last hour, queued ones included

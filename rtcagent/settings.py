@@ -466,6 +466,7 @@ RTCAGENT = {
     "WORKER_TURNS": env.int("RTC_WORKER_TURNS", default=4),
     "ORPHAN_AFTER": env.float("RTC_ORPHAN_AFTER", default=10.0),
     "RESULT_WAIT": env.float("RTC_RESULT_WAIT", default=1.0),
+    "EARLY_RESULTS": env.bool("RTC_EARLY_RESULTS", default=True),
     "MAX_QUEUED_TURNS_PER_USER": env.int("RTC_MAX_QUEUED_TURNS_PER_USER", default=20),
     "MAX_TURNS_PER_HOUR": env.int("RTC_MAX_TURNS_PER_HOUR", default=600),
     "SHOW_RAW_ERRORS": env.bool("RTC_SHOW_RAW_ERRORS", default=False),

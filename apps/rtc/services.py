@@ -9,11 +9,14 @@ applied at most once even when two submissions race.
 from __future__ import annotations
 
 import functools
+import logging
+import secrets
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import redis
 from django.db import connection, transaction
 from django.utils import timezone
 
@@ -29,6 +32,8 @@ from rtcagent.rows import Columns, batched, split
 from . import tools
 from .models import RTC_TRANSITIONS, TERMINAL_RTC_STATUSES, Rtc, RtcStatus
 from .serializers import rtc_to_dict
+
+log = logging.getLogger(__name__)
 
 
 def rtc_transition(
@@ -128,7 +133,8 @@ def _result_ref(rtc: Rtc, call_msg: Message | None, values: dict[str, Any]) -> s
     return ref
 
 
-def _finish(rtc: Rtc, call_msg: Message | None, ref: str | None) -> list[dict[str, Any]]:
+def _finish(rtc: Rtc, call_msg: Message | None, ref: str | None, output: str | None = None
+            ) -> list[dict[str, Any]]:
     """Inside the transaction that finished ``rtc``: its result's message (``ref``, from
     ``_result_ref``), one Update for both, and the turn's resume after commit. The worker
     that goes on with the turn then writes nothing before it asks the model again."""
@@ -139,7 +145,7 @@ def _finish(rtc: Rtc, call_msg: Message | None, ref: str | None) -> list[dict[st
     data_list: list[dict[str, Any]] = []
     text = None
     if ref is not None and call_msg is not None:
-        msg = write_result_message(rtc, call_msg, ref)
+        msg = write_result_message(rtc, call_msg, ref, output)
         text = msg.content["data"]["output"]
         items.append(item("message", "created", msg.id))
         data_list.append(message_to_dict(msg))
@@ -235,26 +241,68 @@ def rtc_submit_result(
         if refused:
             success, error = False, refused
     error = scrub_nul(error)
-    with batched(), transaction.atomic():  # the message's and Update's inserts with the commit
-        rtc = _owned(user_id, rtc_id)
-        _check_device(rtc, device_id)
-        if rtc.status not in TERMINAL_RTC_STATUSES:
-            to = RtcStatus.COMPLETED if success else RtcStatus.FAILED
-            values: dict[str, Any] = {"client_id": client_id}
-            if success:
-                values["result"] = result
-            else:
-                values["error_message"] = (error or "the tool failed")[:10000]
-            call_msg = rtc.message if rtc.message_id is not None else None
-            ref = _result_ref(rtc, call_msg, values)
-            try:
-                rtc = rtc_transition(rtc_id=rtc.id, to=to, user_id=user_id, values=values,
-                                     session=rtc.session)
-            except InvalidState:
-                rtc = Rtc.objects.select_related("session").get(pk=rtc.id)
-            else:
-                return RtcChange(rtc=rtc, updates=_finish(rtc, call_msg, ref))
-    return RtcChange(rtc=rtc, duplicate=bool(client_id) and rtc.client_id == client_id)
+    to = RtcStatus.COMPLETED if success else RtcStatus.FAILED
+    values: dict[str, Any] = {"client_id": client_id}
+    if success:
+        values["result"] = result
+    else:
+        values["error_message"] = (error or "the tool failed")[:10000]
+    key = as_uuid(rtc_id, "rtc")
+    # what the model is told, from the result as sent (``write_result_message``)
+    text = tools.output_for_model(to, result, values.get("error_message", ""))
+    offer = _offer_early(key, user_id=user_id, device_id=device_id, status=to, text=text)
+    applied = False
+    try:
+        with batched(), transaction.atomic():  # the message's and Update's inserts with commit
+            rtc = _owned(user_id, key)
+            _check_device(rtc, device_id)
+            if rtc.status not in TERMINAL_RTC_STATUSES:
+                call_msg = rtc.message if rtc.message_id is not None else None
+                ref = _result_ref(rtc, call_msg, values)
+                try:
+                    rtc = rtc_transition(rtc_id=rtc.id, to=to, user_id=user_id, values=values,
+                                         session=rtc.session)
+                except InvalidState:
+                    rtc = Rtc.objects.select_related("session").get(pk=rtc.id)
+                else:
+                    change = RtcChange(rtc=rtc, updates=_finish(rtc, call_msg, ref, text))
+                    applied = True
+                    return change
+        return RtcChange(rtc=rtc, duplicate=bool(client_id) and rtc.client_id == client_id)
+    finally:
+        if offer is not None and not applied:
+            _withdraw_early(key, offer)
+
+
+def _offer_early(rtc_id: uuid.UUID, *, user_id: int, device_id: str, status: str, text: str
+                 ) -> str | None:
+    """Before the submit's transaction: the result as the model will see it, offered to the
+    worker waiting in place for it (``apps.turns.queue.offer_result``), which may ask the model
+    while this commits and shows nothing before the commit's wake-up confirms it. The offer's
+    token, or None when no worker took it (none waits, the text is too long for a wake-up, or
+    Redis failed: the commit's wake-up resumes the turn as before)."""
+    from apps.turns import queue
+
+    if len(text) > queue.WAKE_TEXT_MAX:
+        return None
+    token = secrets.token_hex(8)
+    offer = {"token": token, "rtc": str(rtc_id), "user": user_id, "device": device_id,
+             "status": status, "text": text}
+    try:
+        return token if queue.offer_result(rtc_id, offer) else None
+    except redis.RedisError:
+        log.warning("rtc %s: its result could not be offered early", rtc_id, exc_info=True)
+        return None
+
+
+def _withdraw_early(rtc_id: uuid.UUID, token: str) -> None:
+    """The offered result was not applied (the submit failed, or the RTC had finished)."""
+    from apps.turns import queue
+
+    try:
+        queue.withdraw_offer(rtc_id, token)
+    except redis.RedisError:  # the worker then gives up on it when no commit confirms it
+        log.warning("rtc %s: its early result could not be withdrawn", rtc_id, exc_info=True)
 
 
 def _acceptable_result(result: Any) -> tuple[Any, str]:

@@ -203,6 +203,7 @@ class TurnContext:
         should_cancel: Callable[[], bool] | None = None,
         on_summary_usage: Callable[[Usage], None] | None = None,
         clock: Callable[[], float] = time.time,
+        before_write: Callable[[], None] | None = None,
     ) -> None:
         self.session = session
         self.turn = turn
@@ -211,6 +212,10 @@ class TurnContext:
         self.should_cancel = should_cancel
         self.on_summary_usage = on_summary_usage
         self.clock = clock
+        self.before_write = before_write  # called before a compaction writes its summary
+        # messages of the turn not committed yet, sent as if stored (an early tool result,
+        # ``DjangoTurnPorts._take_offer``); a stored row of the same id wins
+        self.pending: list[Any] = []
         self._system: str | None = None
         self._recalled: str | None = None
         # the session's state in Redis as this run last wrote it: only a build writes it, and
@@ -354,11 +359,14 @@ class TurnContext:
         return reads
 
     def _load(self, cp: Any) -> conversation.Conversation:
-        conv = conversation.load(self.session, self.turn, turn_steps=cp.step)
+        conv = conversation.load(self.session, self.turn, turn_steps=cp.step,
+                                 pending=self.pending)
         self._summarised = conv.summary is not None
         return conv
 
     def _compact(self, conv: conversation.Conversation, level: Level, cleared: int) -> bool:
+        if self.before_write is not None:
+            self.before_write()
         profile = self.profile
         retention = Retention.minimal(profile) if level.minimal_tail else Retention.normal(profile)
         try:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import re
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,7 +77,8 @@ class Conversation:
 
 
 def load(
-    session: Session, turn: Turn | None = None, *, turn_steps: int = 0, whole: bool = False
+    session: Session, turn: Turn | None = None, *, turn_steps: int = 0, whole: bool = False,
+    pending: Sequence[Message] = (),
 ) -> Conversation:
     """The conversation before ``turn`` (with its trigger message), or the whole session.
 
@@ -87,11 +89,21 @@ def load(
 
     After a compaction only the latest summary and what it keeps are read (``_rows``), so a
     model call costs the same however long the session was before its summary. ``whole``
-    reads every message (the same conversation; tests compare the two)."""
+    reads every message (the same conversation; tests compare the two). ``pending``: the
+    turn's messages whose transaction has not committed yet, placed as stored ones (an early
+    tool result: its call is a row, so its ``start_at`` is the call's); a row of the same id
+    wins."""
     found = None if whole else _latest_summary(session.id)
     rows = list(_rows(session.id, found))
     if found is not None and not _kept_by(rows, found):  # changed between the two statements
         rows = list(_rows(session.id, None))
+    if pending:
+        by_id = {m.id: m for m in rows}
+        for m in pending:
+            parent = by_id.get(m.parent_message_id)
+            if m.id not in by_id and parent is not None:
+                m.start_at = parent.start_at
+                rows.append(m)
 
     def key(m: Message) -> tuple[int, int, int]:
         # the offset last: a live call's turn takes in the inputs it answers, which share the

@@ -321,6 +321,47 @@ def wake_outcome(*, rtc_id: object, call_id: str, status: str, text: str, writte
             "written": written}
 
 
+# --- early results: a tool's result handed to the worker waiting for it before its commit ---
+#
+# A worker waiting in place for an RTC's result (``DjangoTurnPorts.await_result``) names its
+# session's wake-up list under the RTC's ``early`` key (``Hold.expect_result``). The web process
+# that receives the result offers it there before its transaction (``offer_result``), and the
+# worker may send the next model request at once; it writes and shows nothing of it until the
+# commit's own wake-up (``enqueue_resume``, with the committed outcome) confirms the result, and
+# drops it when the submit withdraws its offer (``withdraw_offer``: the result was not applied)
+# or never confirms it. Offers are hints under the same rule as every wake-up: the database
+# decides.
+
+# KEYS: early. ARGV: the wake-up to push. Pushed only while a worker expects it.
+_OFFER = """
+local wake = redis.call('GET', KEYS[1])
+if not wake then return 0 end
+redis.call('LPUSH', wake, ARGV[1])
+redis.call('LTRIM', wake, 0, 7)
+redis.call('PEXPIRE', wake, 60000)
+return 1
+"""
+EARLY_PREFIX = "early:"
+WITHDRAWN_PREFIX = "withdrawn:"
+
+
+def early_key(rtc_id: object) -> str:
+    return f"{P}:early:{{{rtc_id}}}"
+
+
+def offer_result(rtc_id: object, offer: dict[str, Any]) -> bool:
+    """Hand ``offer`` (the result as its submit received it, not yet stored) to the worker
+    waiting in place for RTC ``rtc_id``, if one is; True when one was."""
+    return bool(get_redis().eval(_OFFER, 1, early_key(rtc_id),
+                                 EARLY_PREFIX + json.dumps(offer)))
+
+
+def withdraw_offer(rtc_id: object, token: str) -> None:
+    """The offer ``token`` of RTC ``rtc_id`` was not applied (the submit failed, or found the
+    RTC finished): the worker that took it drops what it began with it."""
+    get_redis().eval(_OFFER, 1, early_key(rtc_id), WITHDRAWN_PREFIX + token)
+
+
 def pending(session_id: str) -> dict[str, int]:
     r = get_redis()
     return {
@@ -426,6 +467,11 @@ class Hold:
         state it waits for unless the wake-up names it."""
         woken = get_redis().blpop([self.wake_key], timeout=max(0.01, timeout))
         return None if woken is None else woken[1]
+
+    def expect_result(self, rtc_id: object, ttl: float) -> None:
+        """For ``ttl`` seconds, results of RTC ``rtc_id`` may be offered to this holder before
+        their commit (``offer_result``), on the session's wake-up list."""
+        get_redis().set(early_key(rtc_id), self.wake_key, px=max(1, int(ttl * 1000)))
 
     def drop_resumes(self, turn_id: object) -> int:
         """Remove the queued resume items of ``turn_id``: this holder continues the turn in

@@ -22,6 +22,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import redis
 from django.db import connection, transaction
 from django.utils import timezone
 
@@ -39,7 +40,7 @@ from apps.sessions.serializers import (
     session_to_dict,
 )
 from apps.sessions.services import session_allocate_offsets
-from apps.turns import accounting, server_tools, state
+from apps.turns import accounting, queue, server_tools, state
 from apps.turns.context import SYSTEM_PROMPT, Built, TurnContext, system_text
 from apps.turns.conversation import conversation_for
 from apps.turns.engine import Checkpoint, RtcOutcome
@@ -78,6 +79,10 @@ def _call_key(call_id: str) -> str:
 
 
 _RTC = Columns(Rtc, "r")
+# seconds an early result stays expected after the wait for it ends (a submit in flight)
+EARLY_MARGIN = 1.0
+# seconds a run that went on with an early result waits for its commit before giving it up
+EARLY_CONFIRM_WAIT = 10.0
 
 
 def result_client_id(call_msg: Message) -> str | None:
@@ -97,20 +102,34 @@ def _output_content(call_id: str, name: str, arguments: str, output: str, status
     return {"type": ContentType.TOOLCALL_OUTPUT, "data": data}
 
 
-def write_result_message(rtc: Rtc, call_msg: Message, client_id: str) -> Message:
+def write_result_message(rtc: Rtc, call_msg: Message, client_id: str,
+                         output: str | None = None) -> Message:
     """Inside the transaction that finished ``rtc`` (``apps.rtc.services``), with
     ``rtc.output_message_id`` already ``message_id(client_id)``: the call's ``toolcall_output``
     message, as the turn's worker would write it (same key, content, parent and place in the
     turn), so that the worker that goes on with the turn writes nothing before the model is
     asked again (``DjangoTurnPorts.rtc_outcome``). ``call_msg`` is the RTC's call message, the
-    latest of its turn while the RTC was open (at most one RTC of a turn is)."""
-    output = rtc_tools.output_for_model(rtc.status, rtc.result, rtc.error_message)
-    msg = Message(
+    latest of its turn while the RTC was open (at most one RTC of a turn is). ``output``: what
+    the model is told, when the caller has it (a submit: from the result as the browser sent
+    it, so that PostgreSQL's ``jsonb`` key order does not change the text an early offer of it
+    carried); else from the row."""
+    if output is None:
+        output = rtc_tools.output_for_model(rtc.status, rtc.result, rtc.error_message)
+    msg = result_message(rtc, call_msg, client_id, output=output,
+                         global_offset=session_allocate_offsets(session_id=call_msg.session_id))
+    insert(msg)
+    return msg
+
+
+def result_message(rtc: Rtc, call_msg: Message, client_id: str, *, output: str,
+                   global_offset: int) -> Message:
+    """The ``toolcall_output`` message of ``rtc`` (finished with ``rtc.status``), unsaved."""
+    return Message(
         id=message_id(client_id),
         session_id=call_msg.session_id,
         user_id=rtc.user_id,
         client_id=client_id,
-        global_offset=session_allocate_offsets(session_id=call_msg.session_id),
+        global_offset=global_offset,
         turn_id=rtc.turn_id,
         turn_offset=call_msg.turn_offset + 1,
         role=MessageRole.TOOL,
@@ -119,8 +138,6 @@ def write_result_message(rtc: Rtc, call_msg: Message, client_id: str) -> Message
         streaming_status="completed",
         parent_message=call_msg,
     )
-    insert(msg)
-    return msg
 
 
 def tools_for(session: Session) -> list[dict[str, Any]]:
@@ -169,6 +186,12 @@ class TurnEnded(BaseException):
     ends there, its write rolled back. A BaseException for the same reason as ``HoldLost``."""
 
 
+class EarlyResultVoid(BaseException):
+    """The result this run went on with before its commit (``await_result``, an early offer)
+    was not stored: the run ends before its first write, and the turn waits for its RTC as if
+    the result had not come. A BaseException for the same reason as ``HoldLost``."""
+
+
 class HoldLost(BaseException):
     """This worker no longer holds the turn's session (its lease ran out while it was stalled):
     another worker may be running the turn, so this one must stop writing at once. A
@@ -192,6 +215,7 @@ class DjangoTurnPorts:
         self.context = TurnContext(
             session=self.session, turn=turn, llm=llm, profile=self.profile,
             should_cancel=self.should_cancel, on_summary_usage=self._summary_usage,
+            before_write=self._confirm,
         )
         self._tools: list[dict[str, Any]] | None = None
         self._step = 0
@@ -199,6 +223,12 @@ class DjangoTurnPorts:
         self._unwritten_call: tuple[int, dict[str, Any]] | None = None  # see record_call
         self._result_written: str | None = None  # see rtc_outcome
         self._taken_resumes = False  # see drop_taken_resumes
+        # an early result this run went on with, until its commit confirms it (``_confirm``)
+        self._unconfirmed: dict[str, Any] | None = None
+        self._void = False  # it was not: the run ends, writing only the move to waiting
+        self._withdrawn: set[str] = set()  # offers withdrawn (a wake-up list is LIFO)
+        self._rtc_calls: dict[str, tuple[Rtc, Message]] = {}  # RTCs made here, call messages
+        self.early_results = False  # offered results may be taken before their commit
         self._preloaded: dict[str, Any] | None = None
         self._unbilled: Callable[[], None] | None = None  # see settle
         self._starting: str | None = None  # the status ``begin`` deferred the move from
@@ -232,7 +262,8 @@ class DjangoTurnPorts:
         """A model request is out (its response open): while the model thinks, what need
         not come before it: the prompt's state for the next run, the queue's leftovers and
         the last answer's accounting (``settle``). Each is retried when the run ends
-        (``after_run``)."""
+        (``after_run``). An early result is confirmed first (``_confirm``)."""
+        self._confirm()
         self.after_run(quiet=True)
         self.settle(quiet=True)
 
@@ -244,15 +275,14 @@ class DjangoTurnPorts:
         once the hold is lost: the session's new holder writes its own."""
         if self._lost():
             return
-        for what, step in (("prompt state", self.context.write_state),
-                           ("taken resume items", self.drop_taken_resumes)):
-            try:
-                step()
-            except Exception:
-                if not quiet:
-                    raise
-                log.warning("turn %s: storing its %s failed; retried when the run ends",
-                            self.tid, what, exc_info=True)
+        self.drop_taken_resumes()
+        try:
+            self.context.write_state()
+        except Exception:
+            if not quiet:
+                raise
+            log.warning("turn %s: storing its prompt state failed; retried when the run ends",
+                        self.tid, exc_info=True)
 
     def close(self) -> None:
         """The worker is done with this run of the turn."""
@@ -286,6 +316,7 @@ class DjangoTurnPorts:
         running with it (``begin``), so a pending turn never has a checkpoint and its run
         reads none (``Worker._run_turn``)."""
         self._check_hold()
+        self._confirm()
         data = cp.to_json()
         if self._starting is None:
             state.checkpoint_save(self.tid, data)
@@ -362,6 +393,7 @@ class DjangoTurnPorts:
         """``_message`` inside the caller's transaction, unpublished: the message and the
         Update items it makes (none when it already existed), for the caller to publish with
         its own."""
+        self._confirm()
         client_id = f"turn:{self.tid}:{key}"
         if not self._fresh:
             found = Message.objects.filter(user_id=self.user_id, client_id=client_id).first()
@@ -404,6 +436,7 @@ class DjangoTurnPorts:
         return linked[0] if linked else None
 
     def _update_message(self, msg: Message, **fields: Any) -> None:
+        self._confirm()
         with transaction.atomic():
             for name, value in fields.items():
                 setattr(msg, name, value)
@@ -496,6 +529,9 @@ class DjangoTurnPorts:
         or compacts; the worker settles it after ``advance`` whatever happened (``quiet``: a
         failure is logged, not raised; the request-open hook is quiet too, so that a failed
         bookkeeping never retries or fails the model's answer)."""
+        if self._unbilled is None:
+            return
+        self._confirm()
         bill, self._unbilled = self._unbilled, None
         if bill is None:
             return
@@ -618,6 +654,7 @@ class DjangoTurnPorts:
         this thread lets the session go (a resume is taken only then); its older copy is
         dropped before the transaction (``state.checkpoint_invalidate``)."""
         self._check_hold()
+        self._confirm()
         self.drop_taken_resumes()  # the previous call's: not this one's, which do not exist yet
         # with the session's wake-up (``await_result``): a result can only come after the commit
         state.checkpoint_invalidate(
@@ -650,6 +687,7 @@ class DjangoTurnPorts:
                     insert(rtc)
                     self._rtc_count += 1
                     self._made[str(rtc.id)] = rtc.needs_approval
+                    self._rtc_calls[str(rtc.id)] = (rtc, input_msg)
                     items.append(item("rtc", "created", rtc.id))
                     data_list.append(rtc_to_dict(rtc))
             saved = {**cp.to_json(), "waiting_rtc": "" if rtc is None else str(rtc.id)}
@@ -696,6 +734,11 @@ class DjangoTurnPorts:
         # pushed one. The RTC is read after each wake-up, and each quarter second (a wake-up
         # is lost with its enqueue when Redis fails it, the resume's own fallback).
         deadline = time.monotonic() + budget
+        if self.early_results and rtc_id in self._rtc_calls:
+            try:
+                hold.expect_result(rtc_id, budget + EARLY_MARGIN)
+            except redis.RedisError:  # the commit's wake-up still comes
+                log.warning("turn %s: early results not expected", self.tid, exc_info=True)
         while True:
             left = deadline - time.monotonic()
             if left <= 0 or self.should_cancel() or (self.stopping and self.stopping.is_set()):
@@ -710,7 +753,13 @@ class DjangoTurnPorts:
 
     def _woken_outcome(self, rtc_id: str, woken: str | None) -> RtcOutcome | None:
         """The outcome a wake-up carries (``queue.wake_outcome``: the RTC's as committed,
-        pushed after the commit), when it is this RTC's; None to read it instead."""
+        pushed after the commit), when it is this RTC's; None to read it instead. An early
+        offer (``queue.offer_result``) is taken, unconfirmed, when ``_take_offer`` accepts it."""
+        if woken and woken.startswith(queue.EARLY_PREFIX):
+            return self._take_offer(rtc_id, woken[len(queue.EARLY_PREFIX):])
+        if woken and woken.startswith(queue.WITHDRAWN_PREFIX):  # may come before its offer
+            self._withdrawn.add(woken[len(queue.WITHDRAWN_PREFIX):])
+            return None
         if not woken or not woken.startswith("{"):
             return None
         try:
@@ -723,15 +772,121 @@ class DjangoTurnPorts:
             self._result_written = data["call"]  # the engine records it next: nothing to write
         return RtcOutcome(True, data["text"], data["status"])
 
+    def _take_offer(self, rtc_id: str, raw: str) -> RtcOutcome | None:
+        """An early result of this RTC, from its owner (the user, and the device that runs
+        the session's tools), to go on with before its commit: nothing is written or shown
+        until ``_confirm``. Its ``toolcall_output`` message is the one the submit writes
+        (``write_result_message``); until that commits, the prompt has it from memory
+        (``TurnContext.pending``). None for anything else (read the RTC)."""
+        try:
+            offer = json.loads(raw)
+        except ValueError:
+            return None
+        made = self._rtc_calls.get(rtc_id)
+        device = self.session.device_id
+        if (made is None or offer.get("rtc") != rtc_id or offer.get("user") != self.user_id
+                or offer.get("token") in self._withdrawn
+                or offer.get("status") not in (RtcStatus.COMPLETED, RtcStatus.FAILED)
+                or not isinstance(offer.get("text"), str)
+                or (device and offer.get("device") and offer["device"] != device)):
+            return None
+        rtc, call_msg = made
+        ref = result_client_id(call_msg)
+        if ref is None:
+            return None
+        rtc.status = offer["status"]
+        msg = result_message(rtc, call_msg, ref, output=offer["text"],
+                             global_offset=call_msg.global_offset + 1)
+        self._unconfirmed = {**offer, "call": rtc.tool_call_id}
+        self._result_written = rtc.tool_call_id  # the submit writes it
+        self.context.pending = [msg]
+        return RtcOutcome(True, offer["text"], offer["status"])
+
+    def _confirm(self) -> None:
+        """Before this run's next write (and once the request it made with it is out): wait
+        for the commit of the early result it went on with (``_take_offer``). Its commit's
+        wake-up names the same outcome: go on. The submit withdrew it, the RTC ended
+        otherwise, or no commit within ``EARLY_CONFIRM_WAIT``: ``EarlyResultVoid``. A no-op
+        without an unconfirmed result."""
+        offer = self._unconfirmed
+        if offer is None or self._void:
+            return
+        self._check_hold()
+        hold = self.hold
+        deadline = time.monotonic() + EARLY_CONFIRM_WAIT
+        while True:
+            left = deadline - time.monotonic()
+            woken = hold.wait_for_wake(min(0.25, max(0.01, left))) if hold is not None else None
+            verdict = self._verdict(offer, woken)
+            if verdict is None and not (woken or "").startswith(queue.EARLY_PREFIX):
+                # quiet, or a wake-up that says nothing of it (its commit's may have been
+                # trimmed by a later one, or lost with Redis): the database tells
+                verdict = self._stored_verdict(offer)
+            if verdict is None and left <= 0:
+                verdict = False
+            if verdict is True:
+                self._unconfirmed = None
+                self.context.pending = []
+                self._taken_resumes = True  # the commit queued a resume: dropped later
+                return
+            if verdict is False:
+                self._void = True
+                self._result_written = None
+                self.context.pending = []
+                log.info("turn %s: the early result of rtc %s was not stored; the turn waits",
+                         self.tid, offer["rtc"])
+                raise EarlyResultVoid(self.tid)
+
+    @staticmethod
+    def _verdict(offer: dict[str, Any], woken: str | None) -> bool | None:
+        """What wake-up ``woken`` says of ``offer``: True (its commit, the same outcome),
+        False (withdrawn, or the RTC ended with another outcome), None (nothing about it)."""
+        if not woken:
+            return None
+        if woken.startswith(queue.WITHDRAWN_PREFIX):
+            return False if woken[len(queue.WITHDRAWN_PREFIX):] == offer["token"] else None
+        if not woken.startswith("{"):
+            return None
+        try:
+            data = json.loads(woken)
+        except ValueError:
+            return None
+        if data.get("rtc") != offer["rtc"]:
+            return None
+        return (data.get("status") == offer["status"] and data.get("text") == offer["text"]
+                and bool(data.get("written")))
+
+    def _stored_verdict(self, offer: dict[str, Any]) -> bool | None:
+        """``_verdict`` from the RTC's row: None while it is unfinished."""
+        rows = _RTC.select("WHERE r.id = %s", [
+            Rtc._meta.pk.get_db_prep_value(uuid.UUID(offer["rtc"]), connection)])
+        if not rows or rows[0].status not in TERMINAL_RTC_STATUSES:
+            return None if rows else False
+        rtc = rows[0]
+        text = rtc_tools.output_for_model(rtc.status, rtc.result, rtc.error_message)
+        return (rtc.status == offer["status"] and text == offer["text"]
+                and rtc.output_message_id is not None)
+
+    def abandon_early_result(self) -> None:
+        """After ``EarlyResultVoid``: the turn waits for its RTC (interrupted), as when no
+        result came in time; the run's request, if out, was closed with the exception."""
+        self.wait()
+
     def drop_taken_resumes(self) -> None:
         """The resume items of a result this run took in place (``await_result``), removed
         from the queue once the next request is out, or before the turn's next RTC is made, or
         when the run ends: not on the way from the result to the model. Until then the hold
         keeps every other worker from taking them; one left by a crash resumes a turn that
         finds its checkpoint ahead of it (a no-op run)."""
-        if self._taken_resumes and self.hold is not None:
+        if not self._taken_resumes or self.hold is None:
+            return
+        try:
             self.hold.drop_resumes(self.tid)
-            self._taken_resumes = False
+        except redis.RedisError:  # kept for the next try (a leftover only costs a no-op run)
+            log.warning("turn %s: dropping its taken resume items failed", self.tid,
+                        exc_info=True)
+            return
+        self._taken_resumes = False
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -741,6 +896,7 @@ class DjangoTurnPorts:
 
         Token totals are not among ``values``: ``accounting.record_answer`` adds each
         answer's usage to the turn and the session as it arrives."""
+        self._confirm()
         with transaction.atomic():
             try:
                 if self._starting and to not in TURN_TRANSITIONS[self._starting]:

@@ -58,7 +58,13 @@ from apps.turns.llm import ChatModel, OpenAIChat
 from apps.turns.llm_errors import LLMError
 from apps.turns.models import ACTIVE_TURN_STATUSES, TERMINAL_TURN_STATUSES, Turn, TurnStatus
 from apps.turns.profiles import current_model
-from apps.turns.runner import DjangoTurnPorts, HoldLost, TurnEnded, publish_turn
+from apps.turns.runner import (
+    DjangoTurnPorts,
+    EarlyResultVoid,
+    HoldLost,
+    TurnEnded,
+    publish_turn,
+)
 from apps.turns.serializers import turn_to_dict
 from rtcagent import layer
 from rtcagent.conf import rtc_setting
@@ -417,6 +423,7 @@ class Worker:
         ports.hold = hold if isinstance(hold, queue.Hold) else None
         ports.stopping = self.stopping
         ports.result_wait = float(rtc_setting("RESULT_WAIT"))
+        ports.early_results = bool(rtc_setting("EARLY_RESULTS"))
         if messages is not None:
             ports.began_here(messages=messages)
         try:
@@ -455,6 +462,9 @@ class Worker:
                 state.checkpoint_delete(str(turn.id))
             queue.unpark(str(turn.session_id))
             return
+        except EarlyResultVoid:  # nothing of it written: the turn waits for its RTC
+            ports.abandon_early_result()
+            outcome = engine.WAITING
         finally:
             ports.settle(quiet=True)  # an answer left unaccounted by an exception
             # what waited for a request that never went out (the turn paused or ended); a

@@ -191,8 +191,12 @@ async def test_full_redis_refuses_the_checkpoint_loudly_and_the_turn_resumes(
         _, jobs = await _start_turns(redis_stack, exits, model, make_user, 1, 1)
         ((tab, sid),) = jobs
         model.reset()  # what the model answers to the big result: one more call
+        # answered after a pause: the submit's Update carries the big result through Redis
+        # (the topic's bell), and until the web process has read it, that publication's
+        # buffer counts as Redis memory, over the limit set below; the answer's writes come
+        # once it has drained (a quicker worker otherwise met a Redis full for every write)
         model.add_rule({"last_tool_result_contains": "yyyy"}, {"tool_calls": [
-            {"name": "read", "arguments": {"path": "/next.txt"}}]})
+            {"name": "read", "arguments": {"path": "/next.txt"}}], "chunk_delay": 0.3})
         model.add_rule({"last_role": "tool"}, {"content": "done"})
         r = redis_stack.valkey.client()
         fillers = [f"test:filler:{i}" for i in range(200)]

@@ -84,12 +84,18 @@ def _join(thread: threading.Thread) -> None:
         raise exc
 
 
-def _browser(user: Any, session: Session, *, delay: float = 0.0) -> threading.Thread:
-    """The browser: waits for the session's RTC, then (after ``delay``) submits its result."""
+def _browser(user: Any, session: Session, *, delay: float = 0.0,
+             early: bool = False) -> threading.Thread:
+    """The browser: waits for the session's RTC, then (after ``delay``) submits its result;
+    with ``early``, not before the worker expects it early (``Hold.expect_result``: a result
+    that comes sooner goes the usual way)."""
     def answer() -> None:
         deadline = time.monotonic() + 10
         while (rtc := Rtc.objects.filter(session_id=session.id).first()) is None:
             assert time.monotonic() < deadline, "no RTC was created"
+            time.sleep(0.01)
+        while early and not get_redis().exists(queue.early_key(rtc.id)):
+            assert time.monotonic() < deadline, "the worker never waited for the result"
             time.sleep(0.01)
         time.sleep(delay)
         rtc_submit_result(user_id=user.id, rtc_id=rtc.id, success=True, result="the notes",
@@ -444,3 +450,174 @@ def test_a_resume_wakes_only_a_holder(make_user) -> None:
     assert other.drop_resumes("t-2") == 0
     assert queue.pending(sid)["resume"] == 1
     assert hold.take() == {"kind": "resume", "turn_id": "t-2"}
+
+
+# --- early results: the next request leaves before the submit commits -------------------------
+
+
+def _held_submit(monkeypatch: Any, *, fail: bool = False) -> tuple[threading.Event,
+                                                                    threading.Event]:
+    """Make the submit's transaction stop where it writes the result's message (after the
+    early offer, before the commit) until the returned ``release`` is set; ``reached`` is set
+    when it gets there. With ``fail``, the write then raises (the submit fails, once)."""
+    from apps.turns import runner
+
+    reached, release = threading.Event(), threading.Event()
+    write = runner.write_result_message
+    calls: list[int] = []
+
+    def held(*args: Any, **kwargs: Any) -> Message:
+        calls.append(1)
+        if len(calls) == 1:
+            reached.set()
+            assert release.wait(10), "the test never released the submit"
+            if fail:
+                raise RuntimeError("the database went away")
+        return write(*args, **kwargs)
+
+    monkeypatch.setattr(runner, "write_result_message", held)
+    return reached, release
+
+
+def test_an_early_result_reaches_the_model_before_its_commit_and_shows_after_it(
+        make_user, llm, wait_for, monkeypatch) -> None:
+    """The submit offers the result to the waiting worker before its transaction: the model
+    is asked while the submit has not committed, and nothing of the answer is stored or
+    published before the commit confirms the result."""
+    wait_for(5.0)
+    user = make_user()
+    _script(llm)
+    session = _send(user)
+    reached, release = _held_submit(monkeypatch)
+    browser = _browser(user, session, early=True)
+    seen: dict[str, Any] = {}
+
+    def watch() -> None:
+        assert reached.wait(10), "the submit never reached its write"
+        llm.wait_for_requests(2, timeout=10)  # asked with the result still uncommitted
+        time.sleep(0.2)  # the answer (two chunks) has long arrived: none of it may show
+        seen["rtc"] = Rtc.objects.get(session_id=session.id).status
+        seen["messages"] = Message.objects.filter(session_id=session.id).count()
+        seen["events"] = TopicEvent.objects.filter(user_id=user.id).count()
+        release.set()
+
+    watcher = _in_thread(watch)
+    hold = _claim_and_run(_worker(llm))
+    _join(browser)
+    _join(watcher)
+
+    assert seen["rtc"] == "pending"  # the request left before the result was stored
+    turn = Turn.objects.get(session_id=session.id)
+    assert turn.status == "completed" and hold.taken == 1
+    assert "interrupted" not in _turn_statuses(turn)
+    assert len(llm.requests) == 2
+    assert "the notes" in llm.requests[1].body["messages"][-1]["content"]
+    # while it was unconfirmed, the answer wrote and published nothing
+    rows = list(Message.objects.filter(turn=turn).order_by("global_offset")
+                .values_list("content__type", "turn_offset"))
+    assert rows == [("text", 0), ("markdown", 1), ("toolcall_input", 2),
+                    ("toolcall_output", 3), ("markdown", 4)]
+    # the trigger, the first answer and its call: the result's row (the submit's) was not
+    # committed yet, and the second answer, streamed by then, was not written
+    assert seen["messages"] == 3
+    assert seen["events"] < TopicEvent.objects.filter(user_id=user.id).count()
+    _result_came_with_its_message(turn)
+    assert queue.pending(str(session.id)) == {"resume": 0, "msg": 0, "inflight": 0}
+
+
+def test_an_early_result_whose_submit_fails_is_dropped_and_the_turn_waits(
+        make_user, llm, wait_for, monkeypatch) -> None:
+    """The submit that offered the result fails before its commit: the worker drops the
+    request it made with it (nothing of that answer is stored), the turn waits for its RTC
+    (still pending), and the browser's retry resumes it with the result."""
+    wait_for(5.0)
+    user = make_user()
+    llm.enqueue({"content": "Reading.", "tool_calls": [
+        {"name": "read", "arguments": {"path": "/a.md"}}]})
+    llm.enqueue({"content": "Never shown."})
+    llm.enqueue({"content": "Done."})
+    session = _send(user)
+    reached, release = _held_submit(monkeypatch, fail=True)
+    failed: list[BaseException] = []
+
+    def answer() -> None:
+        deadline = time.monotonic() + 10
+        while (rtc := Rtc.objects.filter(session_id=session.id).first()) is None:
+            assert time.monotonic() < deadline, "no RTC was created"
+            time.sleep(0.01)
+        while not get_redis().exists(queue.early_key(rtc.id)):
+            assert time.monotonic() < deadline, "the worker never waited for the result"
+            time.sleep(0.01)
+        try:
+            rtc_submit_result(user_id=user.id, rtc_id=rtc.id, success=True,
+                              result={"b": 1, "a": [2]}, client_id="tab-1", device_id="d1")
+        except RuntimeError as exc:
+            failed.append(exc)
+
+    def release_once_asked() -> None:
+        assert reached.wait(10)
+        llm.wait_for_requests(2, timeout=10)
+        release.set()
+
+    browser, releaser = _in_thread(answer), _in_thread(release_once_asked)
+    hold = _claim_and_run(_worker(llm))
+    _join(browser)
+    _join(releaser)
+    assert hold.take() is None  # nothing queued by the failed submit: the session is let go
+
+    assert failed, "the submit should have failed"
+    turn = Turn.objects.get(session_id=session.id)
+    assert turn.status == "interrupted"
+    rtc = Rtc.objects.get(turn=turn)
+    assert rtc.status == "pending"
+    assert not Message.objects.filter(turn=turn, content__data="Never shown.").exists()
+    assert not Message.objects.filter(turn=turn, content__type="toolcall_output").exists()
+
+    # the browser retries: the turn resumes and the model is told the result
+    rtc_submit_result(user_id=user.id, rtc_id=rtc.id, success=True, result={"b": 1, "a": [2]},
+                      client_id="tab-1", device_id="d1")
+    _claim_and_run(_worker(llm))
+    turn.refresh_from_db()
+    assert turn.status == "completed"
+    assert len(llm.requests) == 3
+    told = llm.requests[2].body["messages"][-1]["content"]
+    assert told == '{"b": 1, "a": [2]}'  # as the browser sent it, key order kept
+    texts = list(Message.objects.filter(turn=turn, content__type="markdown")
+                 .order_by("global_offset").values_list("content__data", flat=True))
+    assert texts == ["Reading.", "Done."]
+
+
+def test_an_offer_from_another_user_or_device_is_not_taken(make_user, llm, wait_for) -> None:
+    """Offers are checked against the RTC's owner before the worker goes on with one: an
+    offer naming another user, or another device than the session's, is ignored (the model
+    is never asked with it), and the real result goes on as usual."""
+    wait_for(5.0)
+    user, other = make_user(), make_user()
+    _script(llm)
+    session = _send(user)
+
+    def forge_then_answer() -> None:
+        deadline = time.monotonic() + 10
+        while (rtc := Rtc.objects.filter(session_id=session.id).first()) is None:
+            assert time.monotonic() < deadline, "no RTC was created"
+            time.sleep(0.01)
+        while not get_redis().exists(queue.early_key(rtc.id)):
+            assert time.monotonic() < deadline, "the worker never waited for the result"
+            time.sleep(0.01)
+        base = {"rtc": str(rtc.id), "status": "completed", "text": "forged"}
+        assert queue.offer_result(rtc.id, {**base, "token": "t1", "user": other.id,
+                                           "device": "d1"})
+        assert queue.offer_result(rtc.id, {**base, "token": "t2", "user": user.id,
+                                           "device": "another-device"})
+        time.sleep(0.3)
+        assert len(llm.requests) == 1  # neither was taken
+        rtc_submit_result(user_id=user.id, rtc_id=rtc.id, success=True, result="the notes",
+                          client_id="tab-1", device_id="d1")
+
+    browser = _in_thread(forge_then_answer)
+    _claim_and_run(_worker(llm))
+    _join(browser)
+    turn = Turn.objects.get(session_id=session.id)
+    assert turn.status == "completed" and len(llm.requests) == 2
+    assert "the notes" in llm.requests[1].body["messages"][-1]["content"]
+    assert "forged" not in str(llm.requests[1].body["messages"])
