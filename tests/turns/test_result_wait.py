@@ -84,19 +84,25 @@ def _join(thread: threading.Thread) -> None:
         raise exc
 
 
+def _rtc_of(session: Session, *, early: bool = False) -> Rtc:
+    """The session's RTC once created; with ``early``, once the worker also expects its
+    result early (``Hold.expect_result``: a result that comes sooner goes the usual way)."""
+    deadline = time.monotonic() + 10
+    while (rtc := Rtc.objects.filter(session_id=session.id).first()) is None:
+        assert time.monotonic() < deadline, "no RTC was created"
+        time.sleep(0.01)
+    while early and not get_redis().exists(queue.early_key(rtc.id)):
+        assert time.monotonic() < deadline, "the worker never waited for the result"
+        time.sleep(0.01)
+    return rtc
+
+
 def _browser(user: Any, session: Session, *, delay: float = 0.0,
              early: bool = False) -> threading.Thread:
-    """The browser: waits for the session's RTC, then (after ``delay``) submits its result;
-    with ``early``, not before the worker expects it early (``Hold.expect_result``: a result
-    that comes sooner goes the usual way)."""
+    """The browser: waits for the session's RTC (``_rtc_of``), then (after ``delay``) submits
+    its result."""
     def answer() -> None:
-        deadline = time.monotonic() + 10
-        while (rtc := Rtc.objects.filter(session_id=session.id).first()) is None:
-            assert time.monotonic() < deadline, "no RTC was created"
-            time.sleep(0.01)
-        while early and not get_redis().exists(queue.early_key(rtc.id)):
-            assert time.monotonic() < deadline, "the worker never waited for the result"
-            time.sleep(0.01)
+        rtc = _rtc_of(session, early=early)
         time.sleep(delay)
         rtc_submit_result(user_id=user.id, rtc_id=rtc.id, success=True, result="the notes",
                           client_id="tab-1", device_id="d1")
@@ -229,10 +235,7 @@ def test_a_long_result_is_read_from_the_database_not_the_wake_up(
     long = "x" * (queue.WAKE_TEXT_MAX + 10)
 
     def answer() -> None:
-        deadline = time.monotonic() + 10
-        while (rtc := Rtc.objects.filter(session_id=session.id).first()) is None:
-            assert time.monotonic() < deadline, "no RTC was created"
-            time.sleep(0.01)
+        rtc = _rtc_of(session)
         rtc_submit_result(user_id=user.id, rtc_id=rtc.id, success=True, result=long,
                           client_id="tab-1", device_id="d1")
 
@@ -541,13 +544,7 @@ def test_an_early_result_whose_submit_fails_is_dropped_and_the_turn_waits(
     failed: list[BaseException] = []
 
     def answer() -> None:
-        deadline = time.monotonic() + 10
-        while (rtc := Rtc.objects.filter(session_id=session.id).first()) is None:
-            assert time.monotonic() < deadline, "no RTC was created"
-            time.sleep(0.01)
-        while not get_redis().exists(queue.early_key(rtc.id)):
-            assert time.monotonic() < deadline, "the worker never waited for the result"
-            time.sleep(0.01)
+        rtc = _rtc_of(session, early=True)
         try:
             rtc_submit_result(user_id=user.id, rtc_id=rtc.id, success=True,
                               result={"b": 1, "a": [2]}, client_id="tab-1", device_id="d1")
@@ -597,13 +594,7 @@ def test_an_offer_from_another_user_or_device_is_not_taken(make_user, llm, wait_
     session = _send(user)
 
     def forge_then_answer() -> None:
-        deadline = time.monotonic() + 10
-        while (rtc := Rtc.objects.filter(session_id=session.id).first()) is None:
-            assert time.monotonic() < deadline, "no RTC was created"
-            time.sleep(0.01)
-        while not get_redis().exists(queue.early_key(rtc.id)):
-            assert time.monotonic() < deadline, "the worker never waited for the result"
-            time.sleep(0.01)
+        rtc = _rtc_of(session, early=True)
         base = {"rtc": str(rtc.id), "status": "completed", "text": "forged"}
         assert queue.offer_result(rtc.id, {**base, "token": "t1", "user": other.id,
                                            "device": "d1"})
