@@ -612,3 +612,29 @@ def test_an_offer_from_another_user_or_device_is_not_taken(make_user, llm, wait_
     assert turn.status == "completed" and len(llm.requests) == 2
     assert "the notes" in llm.requests[1].body["messages"][-1]["content"]
     assert "forged" not in str(llm.requests[1].body["messages"])
+
+
+def test_early_results_can_be_turned_off(make_user, llm, wait_for, settings) -> None:
+    """``RTC_EARLY_RESULTS=false``: the waiting worker expects no offer (a submit offers its
+    result to nobody) and goes on after the commit, as before."""
+    settings.RTCAGENT = {**settings.RTCAGENT, "EARLY_RESULTS": False}
+    wait_for(5.0)
+    user = make_user()
+    _script(llm)
+    session = _send(user)
+    offered: list[bool] = []
+
+    def answer() -> None:
+        rtc = _rtc_of(session)
+        time.sleep(0.2)  # the worker waits by now
+        offered.append(bool(get_redis().exists(queue.early_key(rtc.id))))
+        rtc_submit_result(user_id=user.id, rtc_id=rtc.id, success=True, result="the notes",
+                          client_id="tab-1", device_id="d1")
+
+    browser = _in_thread(answer)
+    _claim_and_run(_worker(llm))
+    _join(browser)
+    assert offered == [False]
+    turn = Turn.objects.get(session_id=session.id)
+    assert turn.status == "completed" and "interrupted" not in _turn_statuses(turn)
+    assert "the notes" in llm.requests[1].body["messages"][-1]["content"]
