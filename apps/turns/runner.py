@@ -816,7 +816,14 @@ class DjangoTurnPorts:
         deadline = time.monotonic() + EARLY_CONFIRM_WAIT
         while True:
             left = deadline - time.monotonic()
-            woken = hold.wait_for_wake(min(0.25, max(0.01, left))) if hold is not None else None
+            try:
+                woken = (hold.wait_for_wake(min(0.25, max(0.01, left))) if hold is not None
+                         else None)
+            except redis.RedisError:  # the database tells instead, four times a second
+                log.warning("turn %s: waiting for a commit's wake-up failed", self.tid,
+                            exc_info=True)
+                woken = None
+                time.sleep(min(0.25, max(0.0, left)))
             verdict = self._verdict(offer, woken)
             if verdict is None and not (woken or "").startswith(queue.EARLY_PREFIX):
                 # quiet, or a wake-up that says nothing of it (its commit's may have been
@@ -857,15 +864,18 @@ class DjangoTurnPorts:
                 and bool(data.get("written")))
 
     def _stored_verdict(self, offer: dict[str, Any]) -> bool | None:
-        """``_verdict`` from the RTC's row: None while it is unfinished."""
+        """``_verdict`` from the RTC's row and its result's message (what the model is told,
+        as the submit wrote it): None while the RTC is unfinished."""
         rows = _RTC.select("WHERE r.id = %s", [
             Rtc._meta.pk.get_db_prep_value(uuid.UUID(offer["rtc"]), connection)])
         if not rows or rows[0].status not in TERMINAL_RTC_STATUSES:
             return None if rows else False
         rtc = rows[0]
-        text = rtc_tools.output_for_model(rtc.status, rtc.result, rtc.error_message)
-        return (rtc.status == offer["status"] and text == offer["text"]
-                and rtc.output_message_id is not None)
+        if rtc.status != offer["status"] or rtc.output_message_id is None:
+            return False
+        content = (Message.objects.filter(pk=rtc.output_message_id)
+                   .values_list("content", flat=True).first())
+        return bool(content) and content.get("data", {}).get("output") == offer["text"]
 
     def abandon_early_result(self) -> None:
         """After ``EarlyResultVoid``: the turn waits for its RTC (interrupted), as when no

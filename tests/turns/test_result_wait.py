@@ -638,3 +638,35 @@ def test_early_results_can_be_turned_off(make_user, llm, wait_for, settings) -> 
     turn = Turn.objects.get(session_id=session.id)
     assert turn.status == "completed" and "interrupted" not in _turn_statuses(turn)
     assert "the notes" in llm.requests[1].body["messages"][-1]["content"]
+
+
+def test_an_early_result_is_confirmed_by_the_database_when_no_wake_up_says(
+        make_user, llm, wait_for, monkeypatch) -> None:
+    """The commit's wake-up may carry no outcome (trimmed by a later one, or too long): the
+    worker then confirms its early result from the stored message, whose text is the result
+    as sent (PostgreSQL's ``jsonb`` reorders the RTC's copy of an object's keys)."""
+    wait_for(5.0)
+    user = make_user()
+    _script(llm)
+    session = _send(user)
+    monkeypatch.setattr(queue, "wake_outcome", lambda **_: None)  # bare wake-ups only
+    reached, release = _held_submit(monkeypatch)
+
+    def answer() -> None:
+        rtc = _rtc_of(session, early=True)
+        rtc_submit_result(user_id=user.id, rtc_id=rtc.id, success=True,
+                          result={"bb": 1, "a": [2]}, client_id="tab-1", device_id="d1")
+
+    def release_once_asked() -> None:
+        assert reached.wait(10)
+        llm.wait_for_requests(2, timeout=10)  # the request left before the commit
+        release.set()
+
+    browser, releaser = _in_thread(answer), _in_thread(release_once_asked)
+    _claim_and_run(_worker(llm))
+    _join(browser)
+    _join(releaser)
+    turn = Turn.objects.get(session_id=session.id)
+    assert turn.status == "completed" and "interrupted" not in _turn_statuses(turn)
+    assert len(llm.requests) == 2
+    assert llm.requests[1].body["messages"][-1]["content"] == '{"bb": 1, "a": [2]}'
