@@ -182,20 +182,19 @@ def _key(db: str, sql: str, params: Sequence[Any]) -> tuple[Any, ...] | None:
     return key
 
 
-@contextlib.contextmanager
-def together(statements: Sequence[tuple[str, Sequence[Any]] | None],
-             db: str = "default") -> Iterator[None]:
-    """Read ``statements`` (independent ``SELECT``s; None entries are skipped) now, in one
-    round trip on PostgreSQL (one query string, each statement's rows its own result set),
-    one after the other elsewhere; inside the block, ``read`` of the same statement with the
-    same parameters takes its rows instead of asking the database again. For a request's
-    reads that several modules make one after the other (the conversation's summary, the
-    reminders, the memories), whose statements the caller can name beforehand. Rows not taken
-    by the end of the block are dropped."""
+def _keyed(statements: Sequence[tuple[str, Sequence[Any]] | None], db: str
+           ) -> list[tuple[tuple[Any, ...], str, list[Any]]]:
     wanted = [(sql, list(params)) for sql, params in (s for s in statements if s is not None)]
-    keyed = [(k, sql, params) for sql, params in wanted
-             if (k := _key(db, sql, params)) is not None]
-    store: dict[tuple[Any, ...], list[Any]] = getattr(_fetched, "rows", None) or {}
+    return [(k, sql, params) for sql, params in wanted
+            if (k := _key(db, sql, params)) is not None]
+
+
+def _fetch(keyed: list[tuple[tuple[Any, ...], str, list[Any]]], db: str
+           ) -> dict[tuple[Any, ...], list[Any]]:
+    """The rows of ``keyed`` statements, read in one round trip on PostgreSQL; none of them
+    when the database refuses one outside a transaction (each reader then asks on its own,
+    and fails or copes as it would have); inside one the error stands."""
+    out: dict[tuple[Any, ...], list[Any]] = {}
     conn = connections[db]
     try:
         with conn.cursor() as cursor:
@@ -204,18 +203,43 @@ def together(statements: Sequence[tuple[str, Sequence[Any]] | None],
                 for i, (key, _, _) in enumerate(keyed):
                     if i:
                         cursor.nextset()
-                    store[key] = cursor.fetchall()
+                    out[key] = cursor.fetchall()
             else:
                 for key, sql, params in keyed:
                     cursor.execute(sql, params)
-                    store[key] = cursor.fetchall()
+                    out[key] = cursor.fetchall()
     except DatabaseError:
         if conn.in_atomic_block:  # the transaction is broken: its caller must know
             raise
-        # outside a transaction each reader asks again on its own, and fails (or copes, as
-        # a request's reminders do) as it did before this function
-        for key, _, _ in keyed:
-            store.pop(key, None)
+        return {}
+    return out
+
+
+def read_ahead(statements: Sequence[tuple[str, Sequence[Any]] | None], db: str = "default"
+               ) -> dict[tuple[Any, ...], list[Any]]:
+    """Read ``statements`` now, as ``together`` would, and keep their rows for a later
+    ``together(..., ahead=...)`` that names them again: for reads made while waiting for
+    what comes next (their rows are as of now, which the caller must be able to accept)."""
+    return _fetch(_keyed(statements, db), db)
+
+
+@contextlib.contextmanager
+def together(statements: Sequence[tuple[str, Sequence[Any]] | None],
+             db: str = "default",
+             ahead: dict[tuple[Any, ...], list[Any]] | None = None) -> Iterator[None]:
+    """Read ``statements`` (independent ``SELECT``s; None entries are skipped) now, in one
+    round trip on PostgreSQL (one query string, each statement's rows its own result set),
+    one after the other elsewhere; inside the block, ``read`` of the same statement with the
+    same parameters takes its rows instead of asking the database again. For a request's
+    reads that several modules make one after the other (the conversation's summary, the
+    reminders, the memories), whose statements the caller can name beforehand. Rows not taken
+    by the end of the block are dropped. ``ahead``: rows ``read_ahead`` kept, used for the
+    statements it holds (taken from it) instead of reading them again."""
+    keyed = _keyed(statements, db)
+    store: dict[tuple[Any, ...], list[Any]] = getattr(_fetched, "rows", None) or {}
+    have = {k: ahead.pop(k) for k, _, _ in keyed if ahead and k in ahead}
+    store.update(have)
+    store.update(_fetch([s for s in keyed if s[0] not in have], db))
     outer = getattr(_fetched, "rows", None)
     _fetched.rows = store
     try:

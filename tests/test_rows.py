@@ -16,7 +16,16 @@ from django.utils import timezone
 from apps.rtc.models import Rtc
 from apps.sessions.models import Message, Session
 from apps.turns.models import Turn
-from rtcagent.rows import Columns, batched, insert, later, read, split, together
+from rtcagent.rows import (
+    Columns,
+    batched,
+    insert,
+    later,
+    read,
+    read_ahead,
+    split,
+    together,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -183,12 +192,16 @@ def test_inserts_held_before_a_many_statement_keep_their_order(make_user) -> Non
     assert Message.objects.get(client_id="a").role == "tool"
 
 
-def test_reads_sent_together_are_each_taken_by_their_reader(make_user) -> None:
+def _two_titles(make_user: Any) -> tuple[Session, Session, str]:
+    """Two sessions titled "a" and "b", and the statement reading one's title by id."""
     user = make_user()
     a = Session.objects.create(user=user, title="a")
     b = Session.objects.create(user=user, title="b")
-    table = Session._meta.db_table
-    title = f"SELECT title FROM {table} WHERE id = %s"  # noqa: S608
+    return a, b, f"SELECT title FROM {Session._meta.db_table} WHERE id = %s"  # noqa: S608
+
+
+def test_reads_sent_together_are_each_taken_by_their_reader(make_user) -> None:
+    a, b, title = _two_titles(make_user)
     pk = Session._meta.pk.get_db_prep_value
     sent: list[str] = []
     record = _recorder(sent)
@@ -204,6 +217,25 @@ def test_reads_sent_together_are_each_taken_by_their_reader(make_user) -> None:
         assert len(sent) == 4 and sent[0].count("SELECT title") == 2
     else:
         assert len(sent) == 5
+
+
+def test_rows_read_ahead_stand_for_a_later_read_of_the_same_statements(make_user) -> None:
+    """``read_ahead`` keeps rows as of its call; a later ``together`` naming the same
+    statements uses them (sending only the others) and takes them: a second one reads."""
+    a, b, title = _two_titles(make_user)
+    pk = Session._meta.pk.get_db_prep_value
+    first, second = (title, [pk(a.id, connection)]), (title, [pk(b.id, connection)])
+    ahead = read_ahead([first])
+    Session.objects.filter(pk=a.pk).update(title="a, later")
+    sent: list[str] = []
+    with connection.execute_wrapper(_recorder(sent)):
+        with together([first, second], ahead=ahead):
+            assert read(*first) == [("a",)]  # as read ahead
+            assert read(*second) == [("b",)]
+        assert sent == [title]  # only the statement not read ahead was sent
+        assert ahead == {}  # taken
+        with together([first], ahead=ahead):
+            assert read(*first) == [("a, later",)]
 
 
 @pytest.mark.django_db(transaction=True)

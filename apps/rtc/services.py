@@ -174,8 +174,8 @@ def _resume_after_commit(rtc: Rtc, written: str | None = None) -> None:
 
     text = written if written is not None else tools.output_for_model(
         rtc.status, rtc.result, rtc.error_message)
-    outcome = wake_outcome(rtc_id=rtc.id, call_id=rtc.tool_call_id, status=rtc.status,
-                           text=text, written=written is not None)
+    outcome = wake_outcome(rtc_id=rtc.id, status=rtc.status, text=text,
+                           written=written is not None)
     transaction.on_commit(
         lambda: enqueue_resume(rtc.session_id, rtc.turn_id, user_id=rtc.user_id,
                                outcome=outcome),

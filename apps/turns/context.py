@@ -54,7 +54,7 @@ from apps.turns.models import Turn
 from apps.turns.profiles import ModelProfile
 from rtcagent import keys
 from rtcagent.redis import get_redis
-from rtcagent.rows import together
+from rtcagent.rows import read_ahead, together
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +71,8 @@ MICROCOMPACT_ROOM = 0.75
 # a session with up to this many messages has them read with a build's first reads, summary
 # or not (``TurnContext._first_reads``)
 PREFETCH_UPTO = 200
+# seconds a build's first reads made while waiting for a tool's result stay usable
+AHEAD_FRESH = 0.25
 
 
 @dataclass(frozen=True)
@@ -216,6 +218,7 @@ class TurnContext:
         # messages of the turn not committed yet, sent as if stored (an early tool result,
         # ``DjangoTurnPorts._take_offer``); a stored row of the same id wins
         self.pending: list[Any] = []
+        self._ahead: tuple[float, dict[Any, Any]] | None = None  # see read_ahead
         self._system: str | None = None
         self._recalled: str | None = None
         # the session's state in Redis as this run last wrote it: only a build writes it, and
@@ -256,13 +259,19 @@ class TurnContext:
         target = min(profile.compression_threshold,
                      int(cp.context.get("limit") or profile.compression_threshold))
         hard = profile.context_window - profile.max_output_tokens
-        with together(self._first_reads()):  # one round trip for the request's short reads
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and self.clock() - ahead[0] > AHEAD_FRESH:
+            ahead = None  # too old to stand for now
+        # one round trip for the request's short reads (none when read ahead: ``read_ahead``)
+        with together(self._first_reads(), ahead=ahead[1] if ahead else None):
             conv = self._load(cp)
             cleared = state["cleared"]
             last_call = state["last_call"]
             if last_call is None or self.clock() - last_call >= profile.cache_cold_seconds:
                 cleared = max(cleared, _boundary(conv, profile.keep_recent_tool_results))
             messages, parts = self._assemble(conv, level, cleared, tools)
+        # stored from now on, or (an early result) confirmed before any write re-reads them
+        self.pending = []
         compacted: set[bool] = set()
         microcompacted = False
         while (n := sum(p[1] for p in parts) + tokens.REPLY_PRIMING) >= target:
@@ -306,6 +315,18 @@ class TurnContext:
         self.last = Built(messages=messages, tokens=n, shared_prefix_ratio=ratio,
                           level=level.number)
         return self.last
+
+    def read_ahead(self) -> None:
+        """While the turn waits for a tool's result: the next build's first reads now, kept
+        for it if the result comes within ``AHEAD_FRESH`` seconds (the conversation as of the
+        call, plus the result's message, which its taker puts in ``pending``). A read a
+        moment older than the result stands for one made after it: edits of the session
+        meanwhile are the race they would be anyway. ``discard_ahead`` when the result's
+        message cannot be put in ``pending``."""
+        self._ahead = (self.clock(), read_ahead(self._first_reads()))
+
+    def discard_ahead(self) -> None:
+        self._ahead = None
 
     def write_state(self) -> None:
         """Store the state the last build left (``_state``) in Redis for the session's next

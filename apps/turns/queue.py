@@ -310,15 +310,14 @@ def enqueue_resume(session_id: object, turn_id: object, *, user_id: object = Non
 WAKE_TEXT_MAX = 64 * 1024  # a longer outcome is read from the database instead
 
 
-def wake_outcome(*, rtc_id: object, call_id: str, status: str, text: str, written: bool
+def wake_outcome(*, rtc_id: object, status: str, text: str, written: bool
                  ) -> dict[str, Any] | None:
-    """A finished RTC's outcome for ``enqueue_resume``: its id, its call's id, its status, the
-    text the model sees and whether its ``toolcall_output`` message was written with it; None
-    when the text is too long to pass through Redis twice."""
+    """A finished RTC's outcome for ``enqueue_resume``: its id, its status, the text the model
+    sees and whether its ``toolcall_output`` message was written with it; None when the text
+    is too long to pass through Redis twice."""
     if len(text) > WAKE_TEXT_MAX:
         return None
-    return {"rtc": str(rtc_id), "call": call_id, "status": status, "text": text,
-            "written": written}
+    return {"rtc": str(rtc_id), "status": status, "text": text, "written": written}
 
 
 # --- early results: a tool's result handed to the worker waiting for it before its commit ---

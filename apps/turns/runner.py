@@ -447,6 +447,7 @@ class DjangoTurnPorts:
         """Publish a chunk of answer ``step``. The first chunk of a stream goes out before its
         message is stored (then at once): its id is known in advance (``message_id``), and a
         client keeps chunks of a message it has not seen yet (docs/protocol.md §4.5)."""
+        self._confirm()  # done when the request opened, for a model that says so
         msg = self._streams.get((step, kind))
         key = f"{step}:{kind}"
         self._texts.setdefault((step, kind), []).append(text)
@@ -739,12 +740,17 @@ class DjangoTurnPorts:
                 hold.expect_result(rtc_id, budget + EARLY_MARGIN)
             except redis.RedisError:  # the commit's wake-up still comes
                 log.warning("turn %s: early results not expected", self.tid, exc_info=True)
+        self.context.read_ahead()  # the next request's reads, while the tool runs
         while True:
             left = deadline - time.monotonic()
             if left <= 0 or self.should_cancel() or (self.stopping and self.stopping.is_set()):
+                self.context.discard_ahead()
                 return self.rtc_outcome(rtc_id)
             woken = hold.wait_for_wake(min(left, 0.25))
-            outcome = self._woken_outcome(rtc_id, woken) or self.rtc_outcome(rtc_id)
+            outcome = self._woken_outcome(rtc_id, woken)
+            if outcome is None:  # read from the database: its message is not in hand
+                self.context.discard_ahead()
+                outcome = self.rtc_outcome(rtc_id)
             if outcome.finished:
                 self._taken_resumes = True  # dropped once the next request is out
                 return outcome
@@ -768,9 +774,25 @@ class DjangoTurnPorts:
             return None
         if data.get("rtc") != rtc_id or data.get("status") not in TERMINAL_RTC_STATUSES:
             return None
-        if data.get("written"):
-            self._result_written = data["call"]  # the engine records it next: nothing to write
+        if not data.get("written") or not self._pending_result(rtc_id, data["status"],
+                                                                data["text"]):
+            return None  # read it (and record its message) as before
         return RtcOutcome(True, data["text"], data["status"])
+
+    def _pending_result(self, rtc_id: str, status: str, text: str) -> bool:
+        """The result's ``toolcall_output`` message, as its submit writes it, for the next
+        prompt (``TurnContext.pending``: rows read ahead, or before its commit, lack it); and
+        nothing for the engine to record. False for an RTC this run did not make."""
+        made = self._rtc_calls.get(rtc_id)
+        ref = result_client_id(made[1]) if made is not None else None
+        if made is None or ref is None:
+            return False
+        rtc, call_msg = made
+        rtc.status = status
+        self.context.pending = [result_message(rtc, call_msg, ref, output=text,
+                                               global_offset=call_msg.global_offset + 1)]
+        self._result_written = rtc.tool_call_id
+        return True
 
     def _take_offer(self, rtc_id: str, raw: str) -> RtcOutcome | None:
         """An early result of this RTC, from its owner (the user, and the device that runs
@@ -782,24 +804,15 @@ class DjangoTurnPorts:
             offer = json.loads(raw)
         except ValueError:
             return None
-        made = self._rtc_calls.get(rtc_id)
         device = self.session.device_id
-        if (made is None or offer.get("rtc") != rtc_id or offer.get("user") != self.user_id
+        if (offer.get("rtc") != rtc_id or offer.get("user") != self.user_id
                 or offer.get("token") in self._withdrawn
                 or offer.get("status") not in (RtcStatus.COMPLETED, RtcStatus.FAILED)
                 or not isinstance(offer.get("text"), str)
-                or (device and offer.get("device") and offer["device"] != device)):
+                or (device and offer.get("device") and offer["device"] != device)
+                or not self._pending_result(rtc_id, offer["status"], offer["text"])):
             return None
-        rtc, call_msg = made
-        ref = result_client_id(call_msg)
-        if ref is None:
-            return None
-        rtc.status = offer["status"]
-        msg = result_message(rtc, call_msg, ref, output=offer["text"],
-                             global_offset=call_msg.global_offset + 1)
-        self._unconfirmed = {**offer, "call": rtc.tool_call_id}
-        self._result_written = rtc.tool_call_id  # the submit writes it
-        self.context.pending = [msg]
+        self._unconfirmed = offer
         return RtcOutcome(True, offer["text"], offer["status"])
 
     def _confirm(self) -> None:

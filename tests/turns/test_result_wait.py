@@ -264,15 +264,22 @@ def test_a_wake_up_naming_another_rtc_is_not_taken_for_this_one(make_user, llm) 
     session = _send(user)
     turn = Turn.objects.get(session_id=session.id)
     ports = DjangoTurnPorts(turn, OpenAIChat(api_key="k", base_url=llm.base_url))
-    mine = {"rtc": "r-1", "call": "call_0", "status": "completed", "text": "ok",
-            "written": True}
+    call_msg = Message(session_id=session.id, user_id=user.id, turn_id=turn.id, global_offset=3,
+                       turn_offset=2, client_id=f"turn:{turn.id}:1:call:call_0",
+                       content={"type": "toolcall_input", "data": {"input": "{}"}})
+    ports._rtc_calls["r-1"] = (Rtc(user_id=user.id, turn_id=turn.id, tool_call_id="call_0",
+                                   tool_name="read"), call_msg)  # as ``create_rtc`` keeps it
+    mine = {"rtc": "r-1", "status": "completed", "text": "ok", "written": True}
     for woken in (None, "1", "{not json", json.dumps({**mine, "rtc": "r-2"}),
-                  json.dumps({**mine, "status": "pending"})):
+                  json.dumps({**mine, "status": "pending"}),
+                  json.dumps({**mine, "written": False})):  # its message to be read, recorded
         assert ports._woken_outcome("r-1", woken) is None
     outcome = ports._woken_outcome("r-1", json.dumps(mine))
     assert outcome is not None and (outcome.finished, outcome.text, outcome.status) == (
         True, "ok", "completed")
     assert ports._result_written == "call_0"  # its message came with the result
+    (pending,) = ports.context.pending  # the next prompt has it, even from rows read before
+    assert pending.parent_message is call_msg and pending.content["data"]["output"] == "ok"
     ports.close()
 
 
@@ -670,3 +677,57 @@ def test_an_early_result_is_confirmed_by_the_database_when_no_wake_up_says(
     assert turn.status == "completed" and "interrupted" not in _turn_statuses(turn)
     assert len(llm.requests) == 2
     assert llm.requests[1].body["messages"][-1]["content"] == '{"bb": 1, "a": [2]}'
+
+
+def _conversation_reads() -> tuple[list[float], Callable[..., Any]]:
+    """An execute wrapper noting when the conversation is read (``conversation._all_rows_sql``,
+    by ``time.monotonic``), and the list it notes in."""
+    from apps.turns import conversation
+
+    sql = conversation._all_rows_sql()
+    reads: list[float] = []
+
+    def record(execute, statement, params, many, context):  # type: ignore[no-untyped-def]
+        if sql in (statement or ""):
+            reads.append(time.monotonic())
+        return execute(statement, params, many, context)
+
+    return reads, record
+
+
+@pytest.mark.parametrize(("delay", "read_after"), [(0.05, False), (0.5, True)])
+def test_the_next_requests_reads_are_made_while_the_tool_runs(
+        make_user, llm, wait_for, delay: float, read_after: bool) -> None:
+    """While the worker waits for the result it reads what the next request needs (the
+    conversation, its summary, the reminders); a result within ``AHEAD_FRESH`` is sent with
+    those rows and its own message, a later one has them read again. Either way the model
+    gets the whole conversation."""
+    from django.db import connection
+
+    from apps.turns.context import AHEAD_FRESH
+
+    assert (delay > AHEAD_FRESH) is read_after
+    wait_for(5.0)
+    user = make_user()
+    _script(llm)
+    session = _send(user)
+    reads, record = _conversation_reads()
+    submitted: list[float] = []
+
+    def answer() -> None:
+        rtc = _rtc_of(session, early=True)
+        time.sleep(delay)
+        submitted.append(time.monotonic())
+        rtc_submit_result(user_id=user.id, rtc_id=rtc.id, success=True, result="the notes",
+                          client_id="tab-1", device_id="d1")
+
+    browser = _in_thread(answer)
+    with connection.execute_wrapper(record):
+        _claim_and_run(_worker(llm))
+    _join(browser)
+    turn = Turn.objects.get(session_id=session.id)
+    assert turn.status == "completed" and "interrupted" not in _turn_statuses(turn)
+    assert (reads[-1] > submitted[0]) is read_after
+    roles = [m["role"] for m in llm.requests[1].body["messages"]]
+    assert roles[:4] == ["system", "user", "assistant", "tool"]
+    assert "the notes" in llm.requests[1].body["messages"][-1]["content"]
