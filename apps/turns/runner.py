@@ -317,6 +317,7 @@ class DjangoTurnPorts:
         reads none (``Worker._run_turn``)."""
         self._check_hold()
         self._confirm()
+        self.context.discard_ahead()  # a step between the result and the next request
         data = cp.to_json()
         if self._starting is None:
             state.checkpoint_save(self.tid, data)
@@ -394,6 +395,7 @@ class DjangoTurnPorts:
         Update items it makes (none when it already existed), for the caller to publish with
         its own."""
         self._confirm()
+        self.context.discard_ahead()  # a message the rows read ahead lack
         client_id = f"turn:{self.tid}:{key}"
         if not self._fresh:
             found = Message.objects.filter(user_id=self.user_id, client_id=client_id).first()
@@ -560,6 +562,7 @@ class DjangoTurnPorts:
 
     def run_server_tool(self, name: str, arguments: dict[str, Any]) -> str | server_tools.Deferred:
         """Run it in this worker (``apps.turns.server_tools``), for the call just recorded."""
+        self.context.discard_ahead()  # it may change what the next request reads (the todos)
         self.settle()
         self._write_call()
         call_msg = self._last_call_msg

@@ -731,3 +731,28 @@ def test_the_next_requests_reads_are_made_while_the_tool_runs(
     roles = [m["role"] for m in llm.requests[1].body["messages"]]
     assert roles[:4] == ["system", "user", "assistant", "tool"]
     assert "the notes" in llm.requests[1].body["messages"][-1]["content"]
+
+
+def test_a_server_tool_after_a_quick_result_is_in_the_next_request(
+        make_user, llm, wait_for) -> None:
+    """An answer calls a browser tool, then a server tool (the todo list): the browser's
+    quick result goes on in place, the server tool writes its result and changes what the
+    prompt's reminders say; the next request has both results and the new list, not the rows
+    read ahead while the browser ran its tool."""
+    wait_for(5.0)
+    user = make_user()
+    llm.enqueue({"content": "Reading, then planning.", "tool_calls": [
+        {"name": "read", "arguments": {"path": "/a.md"}},
+        {"name": "todoWrite", "arguments": {"todos": [
+            {"content": "Write the summary", "status": "in_progress"}]}}]})
+    llm.enqueue({"content": "Done."})
+    session = _send(user)
+    browser = _browser(user, session, early=True)
+    _claim_and_run(_worker(llm))
+    _join(browser)
+    turn = Turn.objects.get(session_id=session.id)
+    assert turn.status == "completed" and "interrupted" not in _turn_statuses(turn)
+    messages = llm.requests[1].body["messages"]
+    tools = [m for m in messages if m["role"] == "tool"]
+    assert len(tools) == 2 and "the notes" in tools[0]["content"]
+    assert "Write the summary" in str(messages[-1]["content"])  # the reminder, as written
