@@ -251,7 +251,7 @@ def rtc_submit_result(
     # what the model is told, from the result as sent (``write_result_message``)
     text = tools.output_for_model(to, result, values.get("error_message", ""))
     offer = _offer_early(key, user_id=user_id, device_id=device_id, status=to, text=text)
-    applied = False
+    change: RtcChange | None = None
     try:
         with batched(), transaction.atomic():  # the message's and Update's inserts with commit
             rtc = _owned(user_id, key)
@@ -266,12 +266,15 @@ def rtc_submit_result(
                     rtc = Rtc.objects.select_related("session").get(pk=rtc.id)
                 else:
                     change = RtcChange(rtc=rtc, updates=_finish(rtc, call_msg, ref, text))
-                    applied = True
-                    return change
-        return RtcChange(rtc=rtc, duplicate=bool(client_id) and rtc.client_id == client_id)
-    finally:
-        if offer is not None and not applied:
+    except BaseException:
+        if offer is not None:  # not applied: nothing of it was stored
             _withdraw_early(key, offer)
+        raise
+    if change is not None:  # committed
+        return change
+    if offer is not None:  # the RTC had finished: another result (or this one, before) stands
+        _withdraw_early(key, offer)
+    return RtcChange(rtc=rtc, duplicate=bool(client_id) and rtc.client_id == client_id)
 
 
 def _offer_early(rtc_id: uuid.UUID, *, user_id: int, device_id: str, status: str, text: str

@@ -756,3 +756,52 @@ def test_a_server_tool_after_a_quick_result_is_in_the_next_request(
     tools = [m for m in messages if m["role"] == "tool"]
     assert len(tools) == 2 and "the notes" in tools[0]["content"]
     assert "Write the summary" in str(messages[-1]["content"])  # the reminder, as written
+
+
+def test_a_submit_failing_at_its_commit_withdraws_its_early_result(
+        make_user, llm, wait_for, monkeypatch) -> None:
+    """A submit's transaction can fail at its ``COMMIT`` (PostgreSQL checks its deferred
+    foreign keys there, and a batched transaction's last inserts go with it), after its body
+    ran: its offer is withdrawn then too, and the worker drops what it began at once rather
+    than after waiting out ``EARLY_CONFIRM_WAIT`` for a commit."""
+    from django.db import OperationalError, connections
+
+    from apps.turns.runner import EARLY_CONFIRM_WAIT
+
+    wait_for(5.0)
+    user = make_user()
+    llm.enqueue({"content": "Reading.", "tool_calls": [
+        {"name": "read", "arguments": {"path": "/a.md"}}]})
+    llm.enqueue({"content": "Never shown."})
+    session = _send(user)
+    failed: list[BaseException] = []
+    here = threading.local()
+    backend = type(connections["default"])
+    commit = backend._commit
+
+    def failing_commit(self: Any) -> None:
+        if getattr(here, "fail", False):
+            raise OperationalError("the commit failed")
+        commit(self)
+
+    monkeypatch.setattr(backend, "_commit", failing_commit)
+
+    def answer() -> None:
+        rtc = _rtc_of(session, early=True)
+        here.fail = True  # this thread's commits fail: the submit's
+        try:
+            rtc_submit_result(user_id=user.id, rtc_id=rtc.id, success=True, result="the notes",
+                              client_id="tab-1", device_id="d1")
+        except OperationalError as exc:
+            failed.append(exc)
+
+    browser = _in_thread(answer)
+    started = time.monotonic()
+    _claim_and_run(_worker(llm))
+    _join(browser)
+    assert failed, "the submit should have failed at its commit"
+    assert time.monotonic() - started < EARLY_CONFIRM_WAIT / 2  # withdrawn, not waited out
+    turn = Turn.objects.get(session_id=session.id)
+    assert turn.status == "interrupted"
+    assert Rtc.objects.get(turn=turn).status == "pending"
+    assert not Message.objects.filter(turn=turn, content__data="Never shown.").exists()
