@@ -120,14 +120,15 @@ async def test_three_sync_sub_agents_run_in_parallel_and_their_answers_reach_the
     child_turns = [(await _db(_turns, c.id))[0] for c in children]
     assert all(t.status == "completed" for t in child_turns)
     durations = [(t.completed_at - t.started_at).total_seconds() for t in child_turns]
-    total = (parent_turn.completed_at - parent_turn.created_at).total_seconds()
     span = (max(t.completed_at for t in child_turns)
             - min(t.started_at for t in child_turns)).total_seconds()
-    # The children together took about the slowest one's time; the parent (its own two model
-    # calls and the wake-ups on top) less than the children one after the other would have.
+    # The children ran at the same time: each started before any ended, and together they
+    # took about the slowest one's time. (The parent's own wall time, its two model calls and
+    # the wake-ups on top, is not compared: on a loaded machine it measured the machine.)
     assert span < 0.7 * sum(durations), (span, durations)
-    assert total < sum(durations), (total, durations)
     assert max(t.started_at for t in child_turns) < min(t.completed_at for t in child_turns)
+    assert parent_turn.created_at < min(t.started_at for t in child_turns)
+    assert parent_turn.completed_at > max(t.completed_at for t in child_turns)
     rows = await _db(_sub_rows, parent_session_id=sid)
     assert [(r.status, r.mode, r.depth) for r in rows] == [("completed", "sync", 1)] * 3
 
