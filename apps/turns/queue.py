@@ -461,9 +461,10 @@ class Hold:
 
     def wait_for_wake(self, timeout: float) -> str | None:
         """Block until a resume item of this session is enqueued (while held, ``enqueue``
-        also pushes a wake-up) or ``timeout`` seconds pass; the wake-up ("1", or the JSON of
-        ``wake_outcome``), None when not woken. A hint, like the bell: the caller reads the
-        state it waits for unless the wake-up names it."""
+        also pushes a wake-up) or ``timeout`` seconds pass; the wake-up ("1", the JSON of
+        ``wake_outcome``, or an early offer or its withdrawal: ``offer_result``), None when not
+        woken. A hint, like the bell: the caller reads the state it waits for unless the
+        wake-up names it."""
         woken = get_redis().blpop([self.wake_key], timeout=max(0.01, timeout))
         return None if woken is None else woken[1]
 
