@@ -82,6 +82,7 @@ def update_where_returning(
     return columns.build_all(rows, db)
 
 
+@functools.cache  # on the turn path: found once per model and name
 def _field(meta: Any, attname: str) -> Any:
     for field in meta.concrete_fields:
         if field.attname == attname:

@@ -85,6 +85,25 @@ EARLY_MARGIN = 1.0
 EARLY_CONFIRM_WAIT = 10.0
 
 
+def _rtc_row(rtc_id: str) -> Rtc | None:
+    """The RTC, hand-written (``rtcagent.rows``): on every resume's path."""
+    key = Rtc._meta.pk.get_db_prep_value(uuid.UUID(str(rtc_id)), connection)
+    rows = _RTC.select("WHERE r.id = %s", [key])
+    return rows[0] if rows else None
+
+
+def _committed(woken: str | None, rtc_id: str) -> dict[str, Any] | None:
+    """A commit's wake-up naming RTC ``rtc_id`` (``queue.wake_outcome``), decoded; None for
+    any other wake-up."""
+    if not woken or not woken.startswith("{"):
+        return None
+    try:
+        data = json.loads(woken)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) and data.get("rtc") == rtc_id else None
+
+
 def result_client_id(call_msg: Message) -> str | None:
     """The client id of the ``toolcall_output`` message answering the turn's call message
     ``call_msg`` (``turn:<turn>:<step>:call:<call>`` -> ``...:result:<call>``, the key
@@ -707,11 +726,9 @@ class DjangoTurnPorts:
         """The RTC's outcome. One that came with its ``toolcall_output`` message (the browser's
         result, written in its transaction: ``write_result_message``; or one an earlier run
         recorded) is not recorded again: ``record_result`` then writes nothing."""
-        key = Rtc._meta.pk.get_db_prep_value(uuid.UUID(str(rtc_id)), connection)
-        rows = _RTC.select("WHERE r.id = %s", [key])  # hand-written: on every resume's path
-        if not rows:
+        rtc = _rtc_row(rtc_id)
+        if rtc is None:
             raise Rtc.DoesNotExist(rtc_id)
-        rtc = rows[0]
         finished = rtc.status in TERMINAL_RTC_STATUSES
         text = rtc_tools.output_for_model(rtc.status, rtc.result, rtc.error_message)
         if finished and rtc.output_message_id is not None:
@@ -769,13 +786,8 @@ class DjangoTurnPorts:
         if woken and woken.startswith(queue.WITHDRAWN_PREFIX):  # may come before its offer
             self._withdrawn.add(woken[len(queue.WITHDRAWN_PREFIX):])
             return None
-        if not woken or not woken.startswith("{"):
-            return None
-        try:
-            data = json.loads(woken)
-        except ValueError:
-            return None
-        if data.get("rtc") != rtc_id or data.get("status") not in TERMINAL_RTC_STATUSES:
+        data = _committed(woken, rtc_id)
+        if data is None or data.get("status") not in TERMINAL_RTC_STATUSES:
             return None
         if not data.get("written") or not self._pending_result(rtc_id, data["status"],
                                                                 data["text"]):
@@ -868,13 +880,8 @@ class DjangoTurnPorts:
             return None
         if woken.startswith(queue.WITHDRAWN_PREFIX):
             return False if woken[len(queue.WITHDRAWN_PREFIX):] == offer["token"] else None
-        if not woken.startswith("{"):
-            return None
-        try:
-            data = json.loads(woken)
-        except ValueError:
-            return None
-        if data.get("rtc") != offer["rtc"]:
+        data = _committed(woken, offer["rtc"])
+        if data is None:
             return None
         return (data.get("status") == offer["status"] and data.get("text") == offer["text"]
                 and bool(data.get("written")))
@@ -882,11 +889,9 @@ class DjangoTurnPorts:
     def _stored_verdict(self, offer: dict[str, Any]) -> bool | None:
         """``_verdict`` from the RTC's row and its result's message (what the model is told,
         as the submit wrote it): None while the RTC is unfinished."""
-        rows = _RTC.select("WHERE r.id = %s", [
-            Rtc._meta.pk.get_db_prep_value(uuid.UUID(offer["rtc"]), connection)])
-        if not rows or rows[0].status not in TERMINAL_RTC_STATUSES:
-            return None if rows else False
-        rtc = rows[0]
+        rtc = _rtc_row(offer["rtc"])
+        if rtc is None or rtc.status not in TERMINAL_RTC_STATUSES:
+            return None if rtc is not None else False
         if rtc.status != offer["status"] or rtc.output_message_id is None:
             return False
         content = (Message.objects.filter(pk=rtc.output_message_id)
