@@ -34,14 +34,16 @@ def item(entity: str, action: str, entity_id: object) -> dict[str, str]:
 
 
 def publish_update(
-    *, user_id: int, items: list[dict[str, Any]], data_list: list[dict[str, Any]]
+    *, user_id: int, items: list[dict[str, Any]], data_list: list[dict[str, Any]],
+    position: stream.Position | None = None,
 ) -> dict[str, Any]:
-    """Record an Update on ``topic:u=<user_id>`` and publish it after commit.
+    """Record an Update on ``topic:u=<user_id>`` and publish it after commit (``position``:
+    an offset ``stream.allocate_with`` reserved for it).
 
     Returns ``{id, items, data_list, offset}`` (the same object the topic delivers).
     """
     update: dict[str, Any] = {"id": str(uuid.uuid4()), "items": items, "data_list": data_list}
-    stream.store(user_id, update)
+    stream.store(user_id, update, position)
     return update
 
 

@@ -67,6 +67,35 @@ def rtc_session(session_id: Any) -> Session:
     return session
 
 
+@functools.cache
+def _allocate_sql() -> str:
+    q = connection.ops.quote_name
+    table = q(Session._meta.db_table)
+    column = q(Session._meta.get_field("last_message_offset").column)
+    named = Columns(Session, table, _SESSION.names)  # SQLite's RETURNING takes no alias
+    return (f"UPDATE {table} SET {column} = {column} + %s WHERE {table}.id = %s "  # noqa: S608
+            f"RETURNING {table}.{column}, {named.sql()}, EXISTS (SELECT 1 FROM {table} c "
+            f"WHERE c.root_session_id = {table}.id)")
+
+
+def allocate_with_session(session_id: Any, count: int = 1) -> tuple[int, Session]:
+    """``apps.sessions.services.session_allocate_offsets`` and ``rtc_session`` in one
+    statement (the call message's offset and the gate's read of its session, on the path of
+    every browser tool call): the first of ``count`` offsets reserved, and the session as
+    ``admit`` reads it, its row now locked by the update until the transaction ends."""
+    if count < 1:
+        raise ValueError("count must be positive")
+    pk = Session._meta.pk.get_db_prep_value(uuid.UUID(str(session_id)), connection)
+    with connection.cursor() as cursor:
+        cursor.execute(_allocate_sql(), [count, pk])
+        row = cursor.fetchone()
+    if row is None:
+        raise Session.DoesNotExist(session_id)
+    session = _SESSION.build(row[1:-1])
+    session.is_root = bool(row[-1])
+    return int(row[0]) - count + 1, session
+
+
 def admit(session: Session, turn_id: Any) -> bool:
     """May ``turn_id`` (of ``session``, read by ``rtc_session``) create its RTC now? Call
     inside the creating transaction."""

@@ -399,6 +399,9 @@ def _deltas(chunk: dict[str, Any], calls: dict[int, dict[str, Any]]
     return events, finish
 
 
+DRAIN_LINES_MAX = 16  # lines read after [DONE] (``_sse_objects``)
+
+
 def _sse_objects(response: Any) -> Iterator[dict[str, Any]]:
     """The JSON objects of a streamed Chat Completions response's server-sent events, up to
     ``[DONE]``. An event carrying ``error`` is raised as the SDK raises it (``openai.APIError``);
@@ -409,7 +412,8 @@ def _sse_objects(response: Any) -> Iterator[dict[str, Any]]:
     import openai
 
     data: list[str] = []
-    for line in response.iter_lines():
+    lines = response.iter_lines()
+    for line in lines:
         if line:
             if line.startswith("data:"):
                 data.append(line[6:] if line.startswith("data: ") else line[5:])
@@ -418,6 +422,12 @@ def _sse_objects(response: Any) -> Iterator[dict[str, Any]]:
             continue
         text, data = "\n".join(data), []
         if text.startswith("[DONE]"):
+            # The response read to its end, as the SDK's own stream does: closed unread, its
+            # connection would be dropped rather than kept for the next request, which would
+            # then pay a new connection (a TLS handshake with a real provider). A server that
+            # goes on after [DONE] has its connection closed after a few lines.
+            for _ in zip(range(DRAIN_LINES_MAX), lines, strict=False):
+                pass
             return
         obj = orjson.loads(text)
         if not isinstance(obj, dict):

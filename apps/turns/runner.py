@@ -26,6 +26,7 @@ import redis
 from django.db import connection, transaction
 from django.utils import timezone
 
+from apps.gateway import stream
 from apps.gateway.events import item, publish_live, publish_update
 from apps.rtc import gate
 from apps.rtc import tools as rtc_tools
@@ -254,6 +255,7 @@ class DjangoTurnPorts:
         self._turn_offset: int | None = None  # the next message's turn_offset (see _new_message)
         self._fresh = False  # see began_here
         self._rtc_count = 0  # the turn's RTCs so far, when ``_fresh``
+        self._gate_session: Session | None = None  # ``create_rtc``: read with the offset
         # ``await_result``: the worker's hold of the session and its stop event, and how long
         # (seconds) a result may be waited for in place; 0 (ports made outside a worker) never
         self.hold: Any = None
@@ -408,11 +410,12 @@ class DjangoTurnPorts:
 
     def _new_message(
         self, key: str, role: str, content: dict[str, Any], *, streaming: str = "completed",
-        answers: Message | None = None,
+        answers: Message | None = None, gate_read: bool = False,
     ) -> tuple[Message, list[dict[str, Any]], list[dict[str, Any]]]:
         """``_message`` inside the caller's transaction, unpublished: the message and the
         Update items it makes (none when it already existed), for the caller to publish with
-        its own."""
+        its own. ``gate_read``: the offset's statement also reads the session as the RTC
+        gate needs it (``gate.allocate_with_session``), kept in ``_gate_session``."""
         self._confirm()
         self.context.discard_ahead()  # a message the rows read ahead lack
         client_id = f"turn:{self.tid}:{key}"
@@ -420,7 +423,10 @@ class DjangoTurnPorts:
             found = Message.objects.filter(user_id=self.user_id, client_id=client_id).first()
             if found is not None:
                 return found, [], []
-        offset = session_allocate_offsets(session_id=self.session.id)
+        if gate_read:
+            offset, self._gate_session = gate.allocate_with_session(self.session.id)
+        else:
+            offset = session_allocate_offsets(session_id=self.session.id)
         if self._turn_offset is None:  # counted once per run: only this run adds to the turn
             self._turn_offset = Message.objects.filter(turn_id=self.turn.id).count()
         turn_offset = self._turn_offset
@@ -611,17 +617,18 @@ class DjangoTurnPorts:
     def _call_msg_key(self, step: int, call: dict[str, Any]) -> str:
         return f"{step}:call:{_call_key(call['id'])}"
 
-    def _new_call_message(self, step: int, call: dict[str, Any]
+    def _new_call_message(self, step: int, call: dict[str, Any], *, gate_read: bool = False,
                           ) -> tuple[Message | None, list[dict[str, Any]], list[dict[str, Any]]]:
         """Inside the caller's transaction: the recorded call's message, created now if it was
-        not written yet (with its Update items), else as ``_call_message`` finds it."""
+        not written yet (with its Update items), else as ``_call_message`` finds it.
+        ``gate_read``: as ``_new_message``'s."""
         pending = self._unwritten_call
         if pending is None or pending[0] != step or pending[1]["id"] != call["id"]:
             return self._call_message(step, call), [], []
         data = ToolCallInput.make(id=call["id"], tool_name=call["name"], input=call["arguments"])
         msg, items, data_list = self._new_message(
             self._call_msg_key(step, call), MessageRole.ASSISTANT,
-            {"type": ContentType.TOOLCALL_INPUT, "data": data},
+            {"type": ContentType.TOOLCALL_INPUT, "data": data}, gate_read=gate_read,
         )
         self._unwritten_call = None
         self._call_msgs[(step, call["id"])] = self._last_call_msg = msg
@@ -679,17 +686,33 @@ class DjangoTurnPorts:
         self._check_hold()
         self._confirm()
         self.drop_taken_resumes()  # the previous call's: not this one's, which do not exist yet
-        # with the session's wake-up (``await_result``): a result can only come after the commit
-        state.checkpoint_invalidate(
-            self.tid, also=(self.hold.wake_key,) if self.hold is not None else ())
+        # with the session's wake-up (``await_result``): a result can only come after the commit;
+        # and the Update's topic offset, taken in the same round trip
+        position = state.checkpoint_invalidate(
+            self.tid, also=(self.hold.wake_key,) if self.hold is not None else (),
+            offset_for=self.user_id)
+        try:
+            saved = self._rtc_transaction(step, call, arguments, cp, position)
+        except BaseException:
+            stream.release(self.user_id, position)  # rolled back: not held behind it
+            raise
+        state.checkpoint_cache(self.tid, saved)
+        return saved["waiting_rtc"]
+
+    def _rtc_transaction(self, step: int, call: dict[str, Any], arguments: dict[str, Any],
+                         cp: Checkpoint, position: stream.Position) -> dict[str, Any]:
+        """``create_rtc``'s transaction; its Update takes ``position`` (given back when the
+        transaction has nothing to publish). The checkpoint saved."""
+        self._gate_session = None
         with batched(), transaction.atomic():  # its inserts go with the next statement
             # One RTC per call message (this step's call): ids like "call_0" recur across the
             # answers of one turn, so the id alone would find an earlier call's RTC.
-            input_msg, items, data_list = self._new_call_message(step, call)
+            input_msg, items, data_list = self._new_call_message(step, call, gate_read=True)
             rtc = None if self._fresh else Rtc.objects.filter(
                 turn_id=self.turn.id, message=input_msg, tool_call_id=call["id"]).first()
             if rtc is None:
-                session = gate.rtc_session(self.session.id)
+                # read with the message's offset when the message is written now
+                session = self._gate_session or gate.rtc_session(self.session.id)
                 if gate.admit(session, self.turn.id):
                     rtc = Rtc(
                         session_id=session.id,
@@ -715,9 +738,10 @@ class DjangoTurnPorts:
                     data_list.append(rtc_to_dict(rtc))
             saved = {**cp.to_json(), "waiting_rtc": "" if rtc is None else str(rtc.id)}
             state.checkpoint_store(self.tid, saved)
-            self._publish(items, data_list, checkpointed=True)
-        state.checkpoint_cache(self.tid, saved)
-        return saved["waiting_rtc"]
+            published = self._publish(items, data_list, checkpointed=True, position=position)
+        if not published:
+            stream.release(self.user_id, position)
+        return saved
 
     def _host_class(self, name: str) -> str | None:
         return next((f["class"] for f in self.session.host_functions if f["name"] == name), None)
@@ -981,10 +1005,11 @@ class DjangoTurnPorts:
         return item("turn", "updated", turn.id), turn_to_dict(turn)
 
     def _publish(self, items: list[dict[str, Any]], data_list: list[dict[str, Any]], *,
-                 checkpointed: bool = False) -> None:
+                 checkpointed: bool = False, position: stream.Position | None = None) -> bool:
         """Inside a transaction: publish the write's Update items, led by the turn's move to
         running if it is still to be made (``begin``; ``checkpointed``: the transaction stores
-        the turn's checkpoint itself)."""
+        the turn's checkpoint itself). ``position``: the topic offset reserved for the Update.
+        Whether there was anything to publish."""
         try:
             started = self._start(checkpointed=checkpointed)
         except InvalidState:
@@ -993,7 +1018,9 @@ class DjangoTurnPorts:
         if started is not None:
             items, data_list = [started[0], *items], [started[1], *data_list]
         if items:
-            publish_update(user_id=self.user_id, items=items, data_list=data_list)
+            publish_update(user_id=self.user_id, items=items, data_list=data_list,
+                           position=position)
+        return bool(items)
 
     def wait(self) -> None:
         self.settle()

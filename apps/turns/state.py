@@ -141,7 +141,8 @@ def checkpoint_cache(turn_id: str, data: dict[str, Any]) -> None:
         raise CheckpointNotCached(turn_id) from exc
 
 
-def checkpoint_invalidate(turn_id: str, *, also: tuple[str, ...] = ()) -> None:
+def checkpoint_invalidate(turn_id: str, *, also: tuple[str, ...] = (),
+                          offset_for: int | None = None) -> Any:
     """Before a transaction that stores a newer checkpoint (``checkpoint_store``), whose Redis
     copy can only follow its commit: drop Redis's copy now, so that a crash between that commit
     and the copy leaves none (a load then reads PostgreSQL's) rather than an older one, which
@@ -149,9 +150,17 @@ def checkpoint_invalidate(turn_id: str, *, also: tuple[str, ...] = ()) -> None:
     asked again might call something else). ``CheckpointNotCached`` when Redis refuses (the
     turn pauses before the transaction; DEL needs no memory, so a full Redis still takes it).
     ``also``: other keys to drop in the same round trip (the session's wake-up,
-    ``Hold.wake_key``)."""
+    ``Hold.wake_key``). ``offset_for``: a user id whose next topic offset is reserved in the
+    same round trip (``apps.gateway.stream.allocate_with``), returned for the transaction's
+    Update; else None."""
+    keys = (_cp(turn_id), *also)
     try:
-        get_redis().delete(_cp(turn_id), *also)
+        if offset_for is None:
+            get_redis().delete(*keys)
+            return None
+        from apps.gateway import stream
+
+        return stream.allocate_with(offset_for, lambda pipe: pipe.delete(*keys))
     except redis.RedisError as exc:
         log.error("checkpoint of turn %s: Redis's copy could not be dropped before a save "
                   "(%s: %s); the turn waits until Redis takes writes", turn_id,

@@ -54,6 +54,7 @@ class RecordedRequest:
     outcome: str = "pending"
     done: threading.Event = field(default_factory=threading.Event, repr=False)
     ended_at: float | None = None
+    peer: tuple[str, int] | None = None  # the client's address: one per connection
 
     def finish(self, outcome: str) -> None:
         self.ended_at = time.monotonic()
@@ -181,6 +182,7 @@ class ScriptedHandler(BaseHTTPRequestHandler):
             path=self.path,
             headers={k.lower(): v for k, v in self.headers.items()},
             body=body,
+            peer=tuple(self.client_address[:2]),
         )
         self.server.owner._add_record(record)
         return record

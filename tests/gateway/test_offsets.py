@@ -117,3 +117,84 @@ def test_an_offset_filled_before_its_row_is_skipped_and_the_transaction_goes_on(
     assert [(offset, kind) for offset, kind, _ in rows] == [(taken, "gap"),
                                                              (taken + 1, "update")]
     assert rows[1][2]["id"] == update["id"] and rows[1][2]["offset"] == taken + 1
+
+
+def test_a_batched_transaction_whose_offset_a_gap_took_stores_its_update_again(
+    make_user, settings,
+) -> None:
+    """In a batched transaction the row goes with the COMMIT (``stream._store_at_commit``),
+    so a gap that took the offset first is only found after the commit: a slow commit (here
+    every one, with no grace) reads the row back, and the Update is stored again under a
+    fresh offset, as the unbatched store would have retried. Nothing is lost."""
+    from django.db import connection, transaction
+
+    from apps.gateway.events import item, publish_update
+    from rtcagent.rows import batched
+
+    if connection.vendor != "postgresql":
+        pytest.skip("batched transactions are PostgreSQL's")
+    settings.RTCAGENT = {**getattr(settings, "RTCAGENT", {}), "GAP_GRACE": 0.0}
+    user = make_user()
+    pos = stream.position(user.id)
+    taken = pos.offset + 1
+    TopicEvent.objects.create(user_id=user.id, epoch=pos.epoch, offset=taken,
+                              kind=TopicEvent.Kind.GAP)
+    with batched(), transaction.atomic():
+        update = publish_update(user_id=user.id, items=[item("session", "updated", 1)],
+                                data_list=[])
+    rows = _positions(user.id)
+    assert [(offset, kind) for offset, kind, _ in rows] == [(taken, "gap"),
+                                                             (taken + 1, "update")]
+    assert rows[1][2]["id"] == update["id"] and rows[1][2]["offset"] == taken + 1
+    assert update["offset"] == taken + 1
+    assert stream.position(user.id).watermark == taken + 1  # both offsets settled
+
+
+def test_a_batched_transaction_stores_its_update_with_the_commit(make_user) -> None:
+    """The usual case: the row is written with the COMMIT, under its allocated offset, and
+    nothing is written when the transaction rolls back (the offset becomes a hole)."""
+    from django.db import connection, transaction
+
+    from apps.gateway.events import item, publish_update
+    from rtcagent.rows import batched
+
+    user = make_user()
+    with batched(), transaction.atomic():
+        first = publish_update(user_id=user.id, items=[item("session", "updated", 1)],
+                               data_list=[])
+    with pytest.raises(RuntimeError), batched(), transaction.atomic():
+        publish_update(user_id=user.id, items=[item("session", "updated", 2)], data_list=[])
+        raise RuntimeError("rolled back")
+    rows = _positions(user.id)
+    assert [(offset, kind, data["id"]) for offset, kind, data in rows] == [
+        (first["offset"], "update", first["id"])]
+    assert stream.position(user.id).offset == first["offset"] + 1  # the rolled-back one's
+    assert connection.vendor in ("postgresql", "sqlite")
+
+
+def test_an_offset_reserved_ahead_is_used_by_its_update_or_given_back(make_user) -> None:
+    """``allocate_with`` reserves an offset in the round trip of other commands; an Update
+    stored with it takes that offset, and one never published is given back (a gap at once,
+    the watermark past it) rather than holding the user's topic until ``GAP_GRACE``."""
+    from django.db import transaction
+
+    from apps.gateway.events import item, publish_update
+    from rtcagent.redis import get_redis
+    from rtcagent.rows import batched
+
+    user = make_user()
+    key = f"test:reserve:{user.id}"
+    reserved = stream.allocate_with(user.id, lambda pipe: pipe.set(key, "1", ex=60))
+    assert get_redis().get(key) in ("1", b"1")  # the queued command ran in the same round trip
+    with batched(), transaction.atomic():
+        update = publish_update(user_id=user.id, items=[item("session", "updated", 1)],
+                                data_list=[], position=reserved)
+    assert update["offset"] == reserved.offset
+
+    unused = stream.allocate_with(user.id, lambda pipe: pipe.delete(key))
+    assert stream.position(user.id).watermark == unused.offset - 1  # held behind it
+    stream.release(user.id, unused)
+    assert stream.position(user.id).watermark == unused.offset
+    rows = _positions(user.id)
+    assert [(offset, kind) for offset, kind, _ in rows] == [(reserved.offset, "update"),
+                                                             (unused.offset, "gap")]

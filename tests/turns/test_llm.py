@@ -67,6 +67,19 @@ def test_text_streams_in_chunks_in_order(server: ScriptedLLM) -> None:
     assert events[-1].reason == "stop"
 
 
+def test_consecutive_requests_share_one_connection(server: ScriptedLLM) -> None:
+    """Each answer is read to the end of its response (past ``[DONE]``), so its connection
+    goes back to the pool: the next request (a resume, the next turn) pays no new connection,
+    which with a real provider is a TLS handshake."""
+    chat = make_chat(server)
+    for text in ("one", "two", "three"):
+        server.enqueue({"content": text})
+        texts = [e.text for e in chat.stream(USER, None) if isinstance(e, TextDelta)]
+        assert "".join(texts) == text
+    peers = {r.peer for r in server.requests}
+    assert len(server.requests) == 3 and len(peers) == 1 and None not in peers
+
+
 def test_reasoning_deltas_come_before_the_text(server: ScriptedLLM) -> None:
     server.enqueue({"reasoning": "Think first.", "content": "Answer.", "chunk_size": 6})
 

@@ -235,6 +235,45 @@ def test_a_pending_turn_stopped_while_its_model_answers_ends_there(make_user, ll
     assert not TurnCheckpoint.objects.filter(turn_id=turn.id).exists()
 
 
+def test_a_tool_call_whose_turn_stops_before_its_transaction_leaves_no_hole(
+        make_user, llm) -> None:
+    """The pause reserves its Update's topic offset before its transaction (with the
+    checkpoint's drop, one Redis round trip); here the turn is stopped right then, the
+    transaction finds it ended and rolls back, and the offset is given back at once (a gap),
+    not after ``GAP_GRACE``: the user's watermark is not held behind it, and nothing of the
+    call is kept."""
+    from apps.gateway import stream
+    from apps.rtc.models import Rtc
+
+    user = make_user()
+    llm.enqueue({"tool_calls": [{"id": "call_0", "name": "read",
+                                 "arguments": {"path": "/a.txt"}}]})
+    sent = _send(user, "hi")
+    original = state.checkpoint_invalidate
+    reserved = []
+
+    def stopped_meanwhile(turn_id: str, **kwargs: Any) -> Any:
+        found = original(turn_id, **kwargs)
+        reserved.append(found)
+        turn_stop(user_id=user.id, session_id=sent.session.id)  # cancels the pending turn
+        return found
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(state, "checkpoint_invalidate", stopped_meanwhile)
+        _run_next(_worker(llm))
+    turn = Turn.objects.get(pk=sent.turn.id)
+    assert turn.status == "cancelled"
+    assert not Rtc.objects.filter(turn_id=turn.id).exists()
+    assert list(Message.objects.filter(turn=turn).values_list("content__type", flat=True)) == [
+        "text"]
+    (position,) = reserved
+    pos = stream.position(user.id)
+    assert pos.watermark == pos.offset  # nothing pending: the reserved offset was given back
+    kinds = dict(TopicEvent.objects.filter(user_id=user.id).values_list("offset", "kind"))
+    assert sorted(kinds) == list(range(1, pos.offset + 1))  # no hole
+    assert kinds[position.offset] == "gap"
+
+
 def test_a_turn_taken_but_not_started_is_run_again_from_nothing(make_user, llm) -> None:
     """A worker that took the pending turn died before its first write: the turn is still
     pending, with no checkpoint; the item comes back and the turn runs once."""
