@@ -33,6 +33,8 @@ class Columns:
         self.alias = alias
         self.fields = [f for f in meta.concrete_fields if fields is None or f.attname in fields]
         self.names = [f.attname for f in self.fields]
+        # ``converters``, by connection object (its id, and the object to tell a reused id)
+        self._converters: dict[int, tuple[Any, list[tuple[int, Any, tuple[Any, ...]]]]] = {}
 
     def __len__(self) -> int:
         return len(self.fields)
@@ -56,8 +58,19 @@ class Columns:
 
     def converters(self, db: str = "default") -> list[tuple[int, Any, tuple[Any, ...]]]:
         """Each field's database converters, as the ORM finds them for a query (found once
-        per statement, not per row: ``build``'s ``converters``)."""
+        per connection object, whose operations they are bound to: a thread keeps its own for
+        its life; ``build``'s ``converters``)."""
         conn = connections[db]
+        found = self._converters.get(id(conn))
+        if found is not None and found[0] is conn:
+            return found[1]
+        out = self._find_converters(conn)
+        if len(self._converters) >= 64:  # threads come and go: forget the old ones' at times
+            self._converters.clear()
+        self._converters[id(conn)] = (conn, out)
+        return out
+
+    def _find_converters(self, conn: Any) -> list[tuple[int, Any, tuple[Any, ...]]]:
         out = []
         for i, field in enumerate(self.fields):
             col = field.get_col(self.alias)

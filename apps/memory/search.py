@@ -29,6 +29,8 @@ from collections.abc import Iterable
 
 from django.db import connection
 
+from rtcagent.rows import read
+
 MAX_TERMS = 16
 MAX_TERM_CHARS = 64  # a longer "word" (a hash, a blob) is searched by its start
 PREFIX_MIN_CHARS = 4
@@ -68,19 +70,25 @@ def pg_vector(column: str = "content") -> str:
 
 
 def matches(user_id: int, terms: Iterable[str]) -> dict[int, int]:
-    """``{memory id: number of distinct terms it contains}`` for the user's matching memories."""
+    """``{memory id: number of distinct terms it contains}`` for the user's matching memories.
+    Read with ``rtcagent.rows.read``: a prompt's build sends ``matches_statement`` with its
+    other first reads (``rows.together``), and this takes its rows."""
+    statement = matches_statement(user_id, terms)
+    if statement is None:
+        return {}
+    return {int(row[0]): int(row[1]) for row in read(*statement)}
+
+
+def matches_statement(user_id: int, terms: Iterable[str]) -> tuple[str, list[object]] | None:
+    """``matches``'s statement and parameters; None when there is nothing to look for."""
     terms = list(terms)
     if not terms:
-        return {}
+        return None
     if connection.vendor == "postgresql":
-        sql, params = _postgresql(user_id, terms)
-    elif connection.vendor == "sqlite":
-        sql, params = _sqlite(user_id, terms)
-    else:  # pragma: no cover - the project runs on these two only
-        raise NotImplementedError(f"no full-text search for {connection.vendor}")
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return {int(row[0]): int(row[1]) for row in cursor.fetchall()}
+        return _postgresql(user_id, terms)
+    if connection.vendor == "sqlite":
+        return _sqlite(user_id, terms)
+    raise NotImplementedError(f"no full-text search for {connection.vendor}")  # pragma: no cover
 
 
 def _prefix(term: str) -> bool:

@@ -162,10 +162,13 @@ def _state_key(session_id: object) -> str:
     return keys.context_state(session_id)
 
 
+FRESH_STATE: dict[str, Any] = {"cleared": 0, "last_call": None, "prev": None}  # no request yet
+
+
 def _read_state(session_id: object) -> dict[str, Any]:
     raw = get_redis().hgetall(_state_key(session_id))
     value = {(k.decode() if isinstance(k, bytes) else k): v for k, v in raw.items()}
-    out: dict[str, Any] = {"cleared": 0, "last_call": None, "prev": None}
+    out: dict[str, Any] = dict(FRESH_STATE)
     try:
         out["cleared"] = int(value.get("cleared") or 0)
         out["last_call"] = float(value["last_call"]) if value.get("last_call") else None
@@ -241,11 +244,14 @@ class TurnContext:
         if self._recalled is None:
             from apps.memory.prompt import recalled_memory_text
 
-            query = _text_of(self.turn.trigger_message) if self.turn.trigger_message_id else ""
             self._recalled = recalled_memory_text(
-                user_id=self.session.user_id, session_id=str(self.session.id), query=query
-            )
+                user_id=self.session.user_id, session_id=str(self.session.id),
+                query=self._recall_query())
         return self._recalled
+
+    def _recall_query(self) -> str:
+        """The text memories are recalled for: the turn's message."""
+        return _text_of(self.turn.trigger_message) if self.turn.trigger_message_id else ""
 
     # -- the request --
 
@@ -254,7 +260,9 @@ class TurnContext:
 
         Raises the ``context`` ``LLMError`` when even level 3 leaves it over the window."""
         profile = self.profile
-        state = self._state if self._state is not None else _read_state(self.session.id)
+        state = self._state if self._state is not None else (
+            _read_state(self.session.id) if self.session.last_message_offset > 1
+            else dict(FRESH_STATE))  # a session's first message: no request before it
         level = LEVELS[min(3, int(cp.context.get("level", 0)))]
         target = min(profile.compression_threshold,
                      int(cp.context.get("limit") or profile.compression_threshold))
@@ -355,7 +363,8 @@ class TurnContext:
     def _first_reads(self) -> list[tuple[str, list[Any]] | None]:
         """The statements a build reads before its first layout, independent of each other:
         the conversation's latest summary, the reminders and, the first time in a run, the
-        pinned and the session's memories. ``rtcagent.rows.together`` sends them at once
+        pinned and the session's memories and the search of the user's memories for the turn's
+        message. ``rtcagent.rows.together`` sends them at once
         (one round trip on PostgreSQL, where they were four), and each reader takes its rows.
 
         With them the whole conversation, which ``conversation.load`` reads when the session
@@ -363,6 +372,7 @@ class TurnContext:
         session is short (``PREFETCH_UPTO`` messages, cheap to read even if a summary makes
         them unneeded). A summary found after all makes ``load`` read its tail instead, and
         the rows read here are dropped."""
+        from apps.memory import search
         from apps.memory.prompt import session_entries_statement
         from apps.memory.selectors import pinned_statement
         from apps.tasks.hooks import reminders_statement
@@ -377,6 +387,8 @@ class TurnContext:
             reads.append(pinned_statement(self.session.user_id))
         if self._recalled is None:
             reads.append(session_entries_statement(self.session.id))
+            reads.append(search.matches_statement(  # the recalled memories' search
+                self.session.user_id, search.query_terms(self._recall_query())))
         return reads
 
     def _load(self, cp: Any) -> conversation.Conversation:

@@ -90,14 +90,16 @@ def _connection_ready() -> None:
         log.debug("database not reachable while idle: %r", exc)
 
 
-_TURN_WITH_SESSION = (Columns(Turn, "t"), Columns(Session, "s"))
+_TURN_WITH_SESSION = (Columns(Turn, "t"), Columns(Session, "s"), Columns(Message, "tm"))
 
 
 @functools.cache
 def _turn_with_session_sql() -> str:
-    turn, session = _TURN_WITH_SESSION
-    return (f"SELECT {turn.sql()}, {session.sql()} FROM {Turn._meta.db_table} t "  # noqa: S608
+    turn, session, message = _TURN_WITH_SESSION
+    return (f"SELECT {turn.sql()}, {session.sql()}, {message.sql()} "  # noqa: S608
+            f"FROM {Turn._meta.db_table} t "
             f"JOIN {Session._meta.db_table} s ON s.id = t.session_id "
+            f"LEFT JOIN {Message._meta.db_table} tm ON tm.id = t.trigger_message_id "
             "WHERE t.id = %s AND t.session_id = %s")
 
 
@@ -112,15 +114,17 @@ def _turn_with_session_statement(turn_id: object, session_id: object
 
 
 def _turn_with_session(turn_id: object, session_id: object) -> Turn | None:
-    """The turn with its session, in one hand-written statement (``rtcagent.rows``): on the
-    path of every new message's first chunk, where the ORM's two-model ``select_related``
-    cost several times its run to compile."""
+    """The turn with its session and its message (the prompt recalls memories for its
+    text), in one hand-written statement (``rtcagent.rows``): on the path of every new
+    message's first chunk, where the ORM's ``select_related`` cost several times its run to
+    compile."""
     statement = _turn_with_session_statement(turn_id, session_id)
     found = read(*statement) if statement is not None else []
     if not found:
         return None
-    turn, session = split(found[0], _TURN_WITH_SESSION)
+    turn, session, message = split(found[0], _TURN_WITH_SESSION)
     turn.session = session
+    turn.trigger_message = message
     return turn
 
 

@@ -322,9 +322,10 @@ def test_pending_turns_count_as_queued_for_the_cap(make_user, settings) -> None:
 
 
 def test_the_turns_first_reads_go_together(make_user, llm) -> None:
-    """The worker reads the turn with its session and the model's price row in one statement,
-    and the prompt's summary, reminders and memories in one more (PostgreSQL: one query string
-    each; elsewhere one by one); the answer is the same."""
+    """The worker reads the turn with its session, its message and the model's price row in
+    one statement, and the prompt's summary, reminders, memories and the search of the user's
+    memories for the message in one more (PostgreSQL: one query string each; elsewhere one by
+    one): two round trips before the model request. The answer is the same."""
     from django.db import connection
 
     from apps.ops.models import ModelPrice
@@ -334,8 +335,12 @@ def test_the_turns_first_reads_go_together(make_user, llm) -> None:
     sent = _send(user, "hi")
     statements: list[str] = []
 
+    before: list[str] = []  # the statements before the model request
+
     def record(execute, sql, params, many, context):  # type: ignore[no-untyped-def]
         statements.append(sql)
+        if not llm.requests:
+            before.append(sql)
         return execute(sql, params, many, context)
 
     worker = _worker(llm)
@@ -347,8 +352,11 @@ def test_the_turns_first_reads_go_together(make_user, llm) -> None:
         return
     first = statements[0]
     assert f"FROM {turn} t" in first and f"FROM {price} p" in first and "; " in first
+    assert f"LEFT JOIN {Message._meta.db_table} tm" in first  # the turn's message with it
     prompt = next(s for s in statements if "tasks_goal" in s)
     assert "memory_sessionmemory" in prompt and "memory_usermemory" in prompt
+    assert "to_tsquery" in prompt  # the recalled memories' search
+    assert before == [first, prompt]
     # a short session's conversation is read in the same round trip: no statement of its own
     message = Message._meta.db_table
     conversation = [s for s in statements if f"FROM {message} m LEFT JOIN" in s]
