@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import secrets
 import uuid
 from collections.abc import Mapping
@@ -251,6 +252,11 @@ def rtc_submit_result(
     # what the model is told, from the result as sent (``write_result_message``)
     text = tools.output_for_model(to, result, values.get("error_message", ""))
     offer = _offer_early(key, user_id=user_id, device_id=device_id, status=to, text=text)
+    if offer is not None:
+        # The worker that took the offer is runnable now, and its next model request is what
+        # the user waits for; this commit is not (the worker writes nothing before it). On a
+        # busy core, let that thread run first; elsewhere this returns at once.
+        os.sched_yield()
     change: RtcChange | None = None
     try:
         with batched(), transaction.atomic():  # the message's and Update's inserts with commit

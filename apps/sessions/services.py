@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import uuid
 from collections.abc import Collection
 from dataclasses import dataclass, field
@@ -603,7 +604,6 @@ def _message_send(
 ) -> MessageSent:
     """``message_send``'s transaction (its arguments checked); ``with_turn``: create the turn
     too when nothing is ahead of the message."""
-    from apps.turns.queue import enqueue_message
     from apps.turns.serializers import turn_to_dict
 
     # two round trips (``batched``): the BEGIN with the limit's lock and count, the inserts
@@ -669,7 +669,16 @@ def _message_send(
         # would still find the message, but only after RTC_ORPHAN_AFTER)
         turn_id = turn.id if turn is not None else None
         transaction.on_commit(
-            lambda: enqueue_message(session.id, message.id, user_id=user_id,
-                                    turn_id=turn_id), robust=True
-        )
+            lambda: _queue_turn(session.id, message.id, user_id=user_id, turn_id=turn_id),
+            robust=True)
     return MessageSent(session=session, message=message, updates=[update], turn=turn)
+
+
+def _queue_turn(session_id: Any, message_id: Any, *, user_id: int, turn_id: Any) -> None:
+    """After a send's commit: queue its turn, then let a worker that the queue woke run
+    first if it shares this core. Its model request is what the sender waits for; this
+    thread's reply to the send is not."""
+    from apps.turns.queue import enqueue_message
+
+    enqueue_message(session_id, message_id, user_id=user_id, turn_id=turn_id)
+    os.sched_yield()
