@@ -231,8 +231,8 @@ def _ring_stored(event: TopicEvent, began: float) -> None:
 
 
 def _republish(event: TopicEvent) -> None:
-    """Store ``event``'s Update again under a fresh offset, in a transaction of its own (not
-    batched: ``store`` sees at once whether the row went in)."""
+    """Store ``event``'s Update again under a fresh offset, in a transaction of its own (run
+    from the commit's hook: checked and rung as any other)."""
     with transaction.atomic():
         store(event.user_id, event.data)  # its ``offset`` key becomes the new one
 

@@ -425,9 +425,11 @@ def _sse_objects(response: Any) -> Iterator[dict[str, Any]]:
             # The response read to its end, as the SDK's own stream does: closed unread, its
             # connection would be dropped rather than kept for the next request, which would
             # then pay a new connection (a TLS handshake with a real provider). A server that
-            # goes on after [DONE] has its connection closed after a few lines.
-            for _ in zip(range(DRAIN_LINES_MAX), lines, strict=False):
-                pass
+            # goes on after [DONE] has its connection closed after a few lines; one that fails
+            # there loses the connection, not the answer, which is complete.
+            with contextlib.suppress(Exception):
+                for _ in zip(range(DRAIN_LINES_MAX), lines, strict=False):
+                    pass
             return
         obj = orjson.loads(text)
         if not isinstance(obj, dict):
