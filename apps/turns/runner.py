@@ -13,6 +13,8 @@ tools offered are the browser tools, the page's host functions and the server to
 
 from __future__ import annotations
 
+import copy
+import functools
 import hashlib
 import json
 import logging
@@ -22,8 +24,9 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import psycopg
 import redis
-from django.db import connection, transaction
+from django.db import DataError, connection, transaction
 from django.utils import timezone
 
 from apps.gateway import stream
@@ -55,7 +58,7 @@ from rtcagent.conf import rtc_setting
 from rtcagent.errors import InvalidState
 from rtcagent.redis import get_redis
 from rtcagent.returning import update_returning
-from rtcagent.rows import Columns, batched, insert
+from rtcagent.rows import Columns, batched, insert, later
 
 log = logging.getLogger(__name__)
 
@@ -218,6 +221,22 @@ class HoldLost(BaseException):
     BaseException, so that no ``except Exception`` on the way (LLM adapter, engine) turns it
     into a turn failure."""
 
+
+
+@functools.cache
+def _held_start_sql() -> str:
+    """A pending turn's move to running that fails when the turn is not pending any more:
+    ``1 / COUNT(*)`` of the rows it moved is a division by zero then, which aborts the
+    transaction it is held in (``DjangoTurnPorts._held_start``). Parameters: status,
+    started_at, updated_at, id, the status it moves from."""
+    q = connection.ops.quote_name
+    meta = Turn._meta
+    status, started, updated = (q(meta.get_field(n).column)
+                                for n in ("status", "started_at", "updated_at"))
+    return (f"WITH moved AS (UPDATE {q(meta.db_table)} SET {status} = %s, "  # noqa: S608
+            f"{started} = COALESCE({started}, %s), {updated} = %s "
+            f"WHERE {q(meta.pk.column)} = %s AND {status} = %s RETURNING 1) "
+            "SELECT 1 / COUNT(*) FROM moved")
 
 class DjangoTurnPorts:
     """The engine's ports for one turn, backed by the ORM and Redis."""
@@ -704,6 +723,16 @@ class DjangoTurnPorts:
         """``create_rtc``'s transaction; its Update takes ``position`` (given back when the
         transaction has nothing to publish). The checkpoint saved."""
         self._gate_session = None
+        try:
+            return self._rtc_writes(step, call, arguments, cp, position)
+        except DataError as exc:
+            if not isinstance(exc.__cause__, psycopg.errors.DivisionByZero):
+                raise
+            self.turn = Turn.objects.get(pk=self.turn.id)  # stopped before the commit
+            raise TurnEnded(self.tid) from None
+
+    def _rtc_writes(self, step: int, call: dict[str, Any], arguments: dict[str, Any],
+                    cp: Checkpoint, position: stream.Position) -> dict[str, Any]:
         with batched(), transaction.atomic():  # its inserts go with the next statement
             # One RTC per call message (this step's call): ids like "call_0" recur across the
             # answers of one turn, so the id alone would find an earlier call's RTC.
@@ -988,21 +1017,48 @@ class DjangoTurnPorts:
             return True
         return False
 
-    def _start(self, *, checkpointed: bool = False
+    def _start(self, *, checkpointed: bool = False, held: bool = False
                ) -> tuple[dict[str, Any], dict[str, Any]] | None:
         """Inside a transaction: the deferred move to running (``begin``), and its Update item
         (None when there was none to make). ``InvalidState`` when the turn ended. A new turn
         gets its first checkpoint here (the empty one, unless an earlier run saved one; not
         when the transaction stores or drops one itself: ``checkpointed``): from now on it is
         running, and a running turn without a checkpoint would be lost. Its session was made
-        active with it (``message_send``)."""
+        active with it (``message_send``). ``held``: a pending turn's move may go with the
+        transaction's commit (``_held_start``)."""
         if self._starting is None:
             return None
+        if held and self._starting == TurnStatus.PENDING and checkpointed:
+            turn = self._held_start()
+            if turn is not None:
+                self.turn, self._starting = turn, None
+                return item("turn", "updated", turn.id), turn_to_dict(turn)
         turn = turn_transition(turn_id=self.turn.id, to=TurnStatus.RUNNING)
         if self._starting == TurnStatus.PENDING and not checkpointed:
             state.checkpoint_store_first(self.tid, Checkpoint().to_json())
         self.turn, self._starting = turn, None
         return item("turn", "updated", turn.id), turn_to_dict(turn)
+
+    def _held_start(self) -> Turn | None:
+        """A pending turn's move to running sent with the transaction's next statement (at the
+        latest its commit) instead of a round trip of its own; None where that cannot be
+        (not a batched transaction on PostgreSQL). The turn as the move leaves it, made here:
+        a pending turn has nothing else written since this run read it (its first answer is
+        accounted after the next request). A turn no longer pending (stopped meanwhile)
+        fails the statement, hence the transaction (a division by zero: ``_held_start_sql``),
+        which ``_rtc_transaction`` turns into ``TurnEnded``."""
+        if connection.vendor != "postgresql" or not getattr(connection, "batching", False):
+            return None
+        now = timezone.now()
+        turn = copy.copy(self.turn)
+        turn.status, turn.updated_at = TurnStatus.RUNNING, now
+        turn.started_at = turn.started_at or now
+        meta = Turn._meta
+        prep = [meta.get_field(name).get_db_prep_save(value, connection) for name, value in (
+            ("status", turn.status), ("started_at", turn.started_at), ("updated_at", now),
+            ("id", turn.id), ("status", TurnStatus.PENDING))]
+        later(_held_start_sql(), prep)
+        return turn
 
     def _publish(self, items: list[dict[str, Any]], data_list: list[dict[str, Any]], *,
                  checkpointed: bool = False, position: stream.Position | None = None) -> bool:
@@ -1011,7 +1067,7 @@ class DjangoTurnPorts:
         the turn's checkpoint itself). ``position``: the topic offset reserved for the Update.
         Whether there was anything to publish."""
         try:
-            started = self._start(checkpointed=checkpointed)
+            started = self._start(checkpointed=checkpointed, held=position is not None)
         except InvalidState:
             self.turn = Turn.objects.get(pk=self.turn.id)
             raise TurnEnded(self.tid) from None

@@ -7,7 +7,7 @@ the model at once; the turn moves to running with its first write.
 from __future__ import annotations
 
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -158,8 +158,17 @@ def test_a_tool_call_first_starts_the_turn_with_its_rtc(make_user, llm, settings
     pause = next(u for u in _items(user) if ("rtc", "created", "pending") in u)
     assert pause[0] == ("turn", "updated", "running")
     assert ("message", "created", "") in pause
-    assert Turn.objects.get(pk=sent.turn.id).status == "interrupted"
+    turn = Turn.objects.get(pk=sent.turn.id)
+    assert turn.status == "interrupted"
     assert state.checkpoint_load(str(sent.turn.id))["waiting_rtc"]
+    # the Update's turn is the row as the move left it (on PostgreSQL the move goes with the
+    # commit, and the Update's copy is made in the worker): its first start stamped once
+    row = next(r for r in TopicEvent.objects.filter(user_id=user.id, kind="update")
+               if any(i["entity"] == "rtc" for i in r.data["items"]))
+    moved = row.data["data_list"][0]
+    assert moved["id"] == str(turn.id) and moved["status"] == "running"
+    assert moved["started_at"] is not None
+    assert datetime.fromisoformat(moved["started_at"].replace("Z", "+00:00")) == turn.started_at
 
 
 class Killed(BaseException):
