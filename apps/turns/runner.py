@@ -222,7 +222,6 @@ class HoldLost(BaseException):
     into a turn failure."""
 
 
-
 @functools.cache
 def _held_start_sql() -> str:
     """A pending turn's move to running that fails when the turn is not pending any more:
@@ -237,6 +236,7 @@ def _held_start_sql() -> str:
             f"{started} = COALESCE({started}, %s), {updated} = %s "
             f"WHERE {q(meta.pk.column)} = %s AND {status} = %s RETURNING 1) "
             "SELECT 1 / COUNT(*) FROM moved")
+
 
 class DjangoTurnPorts:
     """The engine's ports for one turn, backed by the ORM and Redis."""
