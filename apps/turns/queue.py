@@ -137,25 +137,33 @@ local function requeue_inflight(base)
 end
 """
 
-# KEYS: ready, held, vclock. ARGV: token, lease_ms, now_ms, scan. Returns a session id or false.
-# An ``inflight`` item found under a free lock is a dead holder's (its lease ran out before any
-# sweep): it goes back to the head of its list, or this holder's first ``take`` would drop it.
-_CLAIM = _REQUEUE_INFLIGHT + """
-local ids = redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[4]) - 1, 'WITHSCORES')
-for i = 1, #ids, 2 do
-  local sid = ids[i]
-  local base = 'rtc:q:s:{' .. sid .. '}:'
-  if redis.call('SET', base .. 'lock', ARGV[1], 'NX', 'PX', ARGV[2]) then
-    requeue_inflight(base)
-    redis.call('ZREM', KEYS[1], sid)
-    redis.call('ZADD', KEYS[2], tonumber(ARGV[3]) + tonumber(ARGV[2]), sid)
-    if tonumber(ids[i + 1]) > tonumber(redis.call('GET', KEYS[3]) or '0') then
-      redis.call('SET', KEYS[3], ids[i + 1])
+# ``claim_one`` (after ``requeue_inflight``): the lock of the first free session in ``ready``,
+# its id (or false). An ``inflight`` item found under a free lock is a dead holder's (its lease
+# ran out before any sweep): it goes back to the head of its list, or this holder's first
+# ``take`` would drop it.
+_CLAIM_ONE = """
+local function claim_one(ready, held, vclock, token, lease_ms, now_ms, scan)
+  local ids = redis.call('ZRANGE', ready, 0, tonumber(scan) - 1, 'WITHSCORES')
+  for i = 1, #ids, 2 do
+    local sid = ids[i]
+    local base = 'rtc:q:s:{' .. sid .. '}:'
+    if redis.call('SET', base .. 'lock', token, 'NX', 'PX', lease_ms) then
+      requeue_inflight(base)
+      redis.call('ZREM', ready, sid)
+      redis.call('ZADD', held, tonumber(now_ms) + tonumber(lease_ms), sid)
+      if tonumber(ids[i + 1]) > tonumber(redis.call('GET', vclock) or '0') then
+        redis.call('SET', vclock, ids[i + 1])
+      end
+      return sid
     end
-    return sid
   end
+  return false
 end
-return false
+"""
+
+# KEYS: ready, held, vclock. ARGV: token, lease_ms, now_ms, scan. Returns a session id or false.
+_CLAIM = _REQUEUE_INFLIGHT + _CLAIM_ONE + """
+return claim_one(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4])
 """
 
 # True when a free session of another user is due no later than ``sid`` would be if re-tagged.
@@ -187,30 +195,52 @@ local function give_up(sid)
 end
 """
 
-# KEYS: lock, resume, msg, inflight, held, ready, parked. ARGV: token, session id, items taken
-# in this hold, quantum, scan.
-_TAKE = _GIVE_UP + _OTHER_USER_DUE + """
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {'lost'} end
-local takeable = redis.call('LLEN', KEYS[2]) > 0
-  or (redis.call('EXISTS', KEYS[7]) == 0 and redis.call('LLEN', KEYS[3]) > 0)
-if takeable and tonumber(ARGV[3]) >= tonumber(ARGV[4])
-    and other_user_due(ARGV[2], tonumber(ARGV[5])) then
-  give_up(ARGV[2])
-  return {'yielded'}
+# ``take_next``: the holder's next item of session ``sid``: {'item', item}, {'empty'} (the lock
+# released), {'yielded'} or {'lost'}.
+_TAKE_NEXT = _GIVE_UP + _OTHER_USER_DUE + """
+local function take_next(sid, token, taken, quantum, scan)
+  local base = 'rtc:q:s:{' .. sid .. '}:'
+  local lock, resume, msg, inflight = base .. 'lock', base .. 'resume', base .. 'msg',
+    base .. 'inflight'
+  local parked = redis.call('EXISTS', base .. 'parked') == 1
+  if redis.call('GET', lock) ~= token then return {'lost'} end
+  local takeable = redis.call('LLEN', resume) > 0
+    or (not parked and redis.call('LLEN', msg) > 0)
+  if takeable and tonumber(taken) >= tonumber(quantum) and other_user_due(sid, tonumber(scan)) then
+    give_up(sid)
+    return {'yielded'}
+  end
+  local item = redis.call('LPOP', resume)
+  local src = 'resume'
+  if not item and not parked then
+    item = redis.call('LPOP', msg); src = 'msg'
+  end
+  if not item then
+    redis.call('DEL', lock, inflight)
+    redis.call('ZREM', 'rtc:q:held', sid)
+    redis.call('ZREM', 'rtc:q:ready', sid)
+    return {'empty'}
+  end
+  redis.call('SET', inflight, cjson.encode({src = src, item = item}))
+  return {'item', item}
 end
-local item = redis.call('LPOP', KEYS[2])
-local src = 'resume'
-if not item and redis.call('EXISTS', KEYS[7]) == 0 then
-  item = redis.call('LPOP', KEYS[3]); src = 'msg'
-end
-if not item then
-  redis.call('DEL', KEYS[1], KEYS[4])
-  redis.call('ZREM', KEYS[5], ARGV[2])
-  redis.call('ZREM', KEYS[6], ARGV[2])
-  return {'empty'}
-end
-redis.call('SET', KEYS[4], cjson.encode({src = src, item = item}))
-return {'item', item}
+"""
+
+# KEYS: lock, resume, msg, inflight, held, ready, parked (named for the record: the script
+# derives them from the session id, as every script here does). ARGV: token, session id, items
+# taken in this hold, quantum, scan.
+_TAKE = _TAKE_NEXT + """
+return take_next(ARGV[2], ARGV[1], ARGV[3], ARGV[4], ARGV[5])
+"""
+
+# ``claim`` and the hold's first ``take`` in one round trip (``claim(take=True)``). KEYS: ready,
+# held, vclock. ARGV: token, lease_ms, now_ms, scan, quantum, fair scan. Returns false, or the
+# session id and ``take_next``'s answer.
+_CLAIM_TAKE = _TAKE_NEXT + _CLAIM_ONE + """
+local sid = claim_one(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4])
+if not sid then return false end
+local got = take_next(sid, ARGV[1], 0, ARGV[5], ARGV[6])
+return {sid, got[1], got[2]}
 """
 
 # KEYS: lock, inflight. ARGV: token.
@@ -414,6 +444,7 @@ class Hold:
     quantum: int = FAIR_QUANTUM
     taken: int = 0  # items handed out in this hold
     yielded: bool = False  # the last ``take`` gave the session way to another user's
+    first: list[Any] | None = None  # the first ``take``'s answer, when the claim took it
 
     def _keys(self, *parts: str) -> list[str]:
         return [_k(self.session_id, p) for p in parts]
@@ -424,11 +455,14 @@ class Hold:
         None also when the session gave way to another user's (``yielded``): its work is back
         in ``ready``, intact, for the next claim.
         """
-        res = get_redis().eval(
-            _TAKE, 7, *self._keys("lock", "resume", "msg", "inflight"), HELD, READY,
-            _k(self.session_id, "parked"),
-            self.token, self.session_id, self.taken, self.quantum, FAIR_SCAN,
-        )
+        if self.first is not None:  # taken with the claim (``claim(take=True)``)
+            res, self.first = self.first, None
+        else:
+            res = get_redis().eval(
+                _TAKE, 7, *self._keys("lock", "resume", "msg", "inflight"), HELD, READY,
+                _k(self.session_id, "parked"),
+                self.token, self.session_id, self.taken, self.quantum, FAIR_SCAN,
+            )
         if res[0] == "lost":
             self.lost = True
             return None
@@ -488,11 +522,21 @@ class Hold:
         get_redis().eval(_YIELD, 1, _k(self.session_id, "lock"), self.token, self.session_id)
 
 
-def claim(*, lease_ms: int, scan: int = 200, quantum: int = FAIR_QUANTUM) -> Hold | None:
-    """Take the lock of the ready session first in the fair order that nobody holds."""
-    token = secrets.token_hex(8)
-    sid = get_redis().eval(_CLAIM, 3, READY, HELD, VCLOCK, token, lease_ms, _now_ms(), scan)
-    return Hold(str(sid), token, lease_ms, quantum=max(1, quantum)) if sid else None
+def claim(*, lease_ms: int, scan: int = 200, quantum: int = FAIR_QUANTUM,
+          take: bool = False) -> Hold | None:
+    """Take the lock of the ready session first in the fair order that nobody holds.
+
+    ``take``: its first item is taken in the same round trip (the hold's first ``take``
+    returns it), for a caller that takes at once; a worker starting a turn waits for both."""
+    token, quantum = secrets.token_hex(8), max(1, quantum)
+    if not take:
+        sid = get_redis().eval(_CLAIM, 3, READY, HELD, VCLOCK, token, lease_ms, _now_ms(), scan)
+        return Hold(str(sid), token, lease_ms, quantum=quantum) if sid else None
+    found = get_redis().eval(_CLAIM_TAKE, 3, READY, HELD, VCLOCK, token, lease_ms, _now_ms(),
+                             scan, quantum, FAIR_SCAN)
+    if not found:
+        return None
+    return Hold(str(found[0]), token, lease_ms, quantum=quantum, first=list(found[1:]))
 
 
 def wait_for_bell(timeout: float) -> None:

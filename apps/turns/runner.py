@@ -1014,6 +1014,12 @@ class DjangoTurnPorts:
             return True
         if self.turn.status in (TurnStatus.PENDING, TurnStatus.INTERRUPTED):
             self._starting = self.turn.status
+            if self._starting == TurnStatus.PENDING:
+                # Its row was just read, not stopped. A stop from now on cancels the pending
+                # row, which the run's first write finds (``TurnEnded``), so the stop flag's
+                # first poll (``should_cancel``) can wait its interval: a Redis round trip less
+                # before a new turn's first request, for at most a request the stop aborts.
+                self._cancel_checked = time.monotonic()
             return True
         return False
 

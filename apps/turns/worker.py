@@ -237,7 +237,7 @@ class Worker:
             while not self.stopping.is_set():
                 close_old_connections()
                 try:
-                    hold = queue.claim(lease_ms=self.lease_ms)
+                    hold = queue.claim(lease_ms=self.lease_ms, take=True)
                     if hold is None:
                         _connection_ready()
                         queue.wait_for_bell(1)

@@ -176,13 +176,14 @@ def in_process_worker(llm: Any) -> Any:
                   turns=1)
 
 
-def run_item(worker: Any, *, keep: bool = False) -> tuple[Any, dict[str, Any]]:
+def run_item(worker: Any, *, keep: bool = False, take: bool = False
+             ) -> tuple[Any, dict[str, Any]]:
     """What a turn thread does with one item: claim the next session, take, handle, ack; the
     hold, which is let go unless ``keep`` (the test then looks at what is left in it), and the
-    item."""
+    item. ``take``: the claim takes the item too, as a turn thread's does."""
     from apps.turns import queue
 
-    hold = queue.claim(lease_ms=30000)
+    hold = queue.claim(lease_ms=30000, take=take)
     assert hold is not None
     work = hold.take()
     assert work is not None

@@ -473,11 +473,13 @@ def test_requeue_front_puts_the_message_back_at_the_head(redis_client: Any) -> N
 
 
 def _race(
-    redis_client: Any, *, sessions: int, per_session: int, max_items: int, users: int = 0
+    redis_client: Any, *, sessions: int, per_session: int, max_items: int, users: int = 0,
+    take: bool = False,
 ) -> None:
     """Two claimers loop over the queue while a producer enqueues the second half of the work;
     each item is "processed" briefly while the session is held. With ``users`` the sessions
-    belong to that many owners, so holds also give way to other users inside ``take``."""
+    belong to that many owners, so holds also give way to other users inside ``take``. With
+    ``take`` each claim takes its first item too, as the worker's do (``claim(take=True)``)."""
 
     def owner(s: int) -> int | None:
         return s % users if users else None
@@ -506,14 +508,17 @@ def _race(
                 with mu:
                     if len(processed) == total:
                         return
-                hold = queue.claim(lease_ms=LONG_LEASE)
+                hold = None if take else queue.claim(lease_ms=LONG_LEASE)
+                with mu:
+                    if take:  # it may let go at once (nothing to take), as a take does
+                        hold = queue.claim(lease_ms=LONG_LEASE, take=True)
+                    if hold is not None:
+                        if hold.session_id in active:
+                            overlaps.append(hold.session_id)
+                        active.add(hold.session_id)
                 if hold is None:
                     time.sleep(0.0005)
                     continue
-                with mu:
-                    if hold.session_id in active:
-                        overlaps.append(hold.session_id)
-                    active.add(hold.session_id)
                 for _ in range(max_items):
                     # The session leaves ``active`` under ``mu`` in the same step that releases
                     # its lock, so the other claimer can only see it after that.
@@ -575,6 +580,49 @@ def test_two_claimers_over_sessions_of_several_users_keep_every_invariant(
 ) -> None:
     # Holds now also end inside ``take`` when another user's session is due.
     _race(redis_client, sessions=40, per_session=10, max_items=5, users=4)
+
+
+def test_claimers_that_take_with_the_claim_keep_every_invariant(redis_client: Any) -> None:
+    _race(redis_client, sessions=40, per_session=10, max_items=5, users=4, take=True)
+
+
+def test_claimers_that_take_with_the_claim_on_one_busy_session(redis_client: Any) -> None:
+    _race(redis_client, sessions=1, per_session=200, max_items=3, take=True)
+
+
+def test_a_claim_that_takes_hands_out_what_its_first_take_would(redis_client: Any) -> None:
+    """``claim(take=True)``: one round trip, the same first item as ``claim`` then ``take``:
+    a resume before messages, a dead holder's unacknowledged item first, nothing of a parked
+    session's messages (the lock let go, as an empty take does)."""
+    queue.enqueue("s1", {"n": "m1"})
+    queue.enqueue("s1", {"n": "r1"}, resume=True)
+    hold = queue.claim(lease_ms=SHORT_LEASE, take=True)
+    assert hold is not None and hold.session_id == "s1"
+    assert hold.take() == {"n": "r1"}  # taken with the claim: in flight, not acked
+    assert queue.pending("s1") == {"resume": 0, "msg": 1, "inflight": 1}
+    queue.enqueue("s1", {"n": "m1b"})  # ready again, before any sweep
+    time.sleep(SHORT_LEASE * 2 / 1000)  # its holder died
+
+    successor = queue.claim(lease_ms=LONG_LEASE, take=True)
+    assert successor is not None and successor.session_id == "s1"
+    assert successor.take() == {"n": "r1"}  # the dead holder's item, back at the head
+    assert successor.ack() is True
+    assert _drain(successor) == [{"n": "m1"}, {"n": "m1b"}]
+    assert queue.claim(lease_ms=LONG_LEASE, take=True) is None
+
+    queue.enqueue("s2", {"n": "m2"})
+    queue.park("s2")
+    queue.enqueue("s2", {"n": "r2"}, resume=True)
+    parked = queue.claim(lease_ms=LONG_LEASE, take=True)
+    assert parked is not None and parked.take() == {"n": "r2"}
+    assert parked.ack() is True
+    assert parked.take() is None  # the message waits for the unpark
+    empty = queue.claim(lease_ms=LONG_LEASE, take=True)  # still ready: its message waits
+    assert empty is None or (empty.take() is None and not empty.lost)
+    assert _snapshot(redis_client, "s2")["lock"] is None
+    assert _items(redis_client, "s2", "msg") == [{"n": "m2"}]
+    queue.unpark("s2")
+    assert _drain(_claim()) == [{"n": "m2"}]
 
 
 def test_wait_for_bell_returns_promptly_after_an_enqueue_in_another_thread(

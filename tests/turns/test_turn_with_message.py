@@ -374,6 +374,65 @@ def test_the_turns_first_reads_go_together(make_user, llm) -> None:
     assert llm.requests[0].body["messages"][-1]["content"] == "hi"
 
 
+def test_a_new_turns_start_waits_on_redis_once(make_user, llm, monkeypatch) -> None:
+    """From the worker's claim to the model request, one Redis round trip: the claim takes
+    the item in the same script, and the stop flag's first poll waits its interval (a stop of
+    the pending turn cancels its row, which the first write finds)."""
+    import redis as redis_lib
+
+    user = make_user()
+    worker = _worker(llm)
+    llm.enqueue({"content": "Hello."})
+    _send(user, "warm up")  # the process's first turn loads the tokenizer (over the interval)
+    run_item(worker, take=True)
+    llm.enqueue({"content": "Hello."})
+    sent = _send(user, "hi")
+    seen = len(llm.requests)
+    waited: list[str] = []
+    command, execute = redis_lib.Redis.execute_command, redis_lib.client.Pipeline.execute
+
+    def one(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if len(llm.requests) == seen:  # before the model has the request
+            waited.append(str(args[0]))
+        return command(self, *args, **kwargs)
+
+    def batch(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if len(llm.requests) == seen:
+            waited.append("pipeline")
+        return execute(self, *args, **kwargs)
+
+    monkeypatch.setattr(redis_lib.Redis, "execute_command", one)
+    monkeypatch.setattr(redis_lib.client.Pipeline, "execute", batch)
+    _, work = run_item(worker, take=True)
+    monkeypatch.undo()
+    assert work["turn_id"] == str(sent.turn.id)
+    assert waited == ["EVAL"]
+    assert Turn.objects.get(pk=sent.turn.id).status == "completed"
+
+
+def test_a_pending_turn_stopped_as_its_worker_starts_writes_nothing(make_user, llm) -> None:
+    """The first stop poll waits its interval: a stop that lands between the worker's read of
+    the pending turn and the model's answer still ends it with nothing of the answer written."""
+    user = make_user()
+    llm.enqueue({"content": "Hello."})
+    sent = _send(user, "hi")
+    from apps.turns.runner import DjangoTurnPorts
+
+    original = DjangoTurnPorts.begin
+
+    def stopped_after_begin(self):  # type: ignore[no-untyped-def]
+        began = original(self)
+        turn_stop(user_id=user.id, session_id=sent.session.id)  # cancels the pending turn
+        return began
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(DjangoTurnPorts, "begin", stopped_after_begin)
+        run_item(_worker(llm), take=True)
+    assert Turn.objects.get(pk=sent.turn.id).status == "cancelled"
+    assert list(Message.objects.filter(session_id=sent.session.id)
+                .values_list("role", flat=True)) == ["user"]
+
+
 def test_the_prompt_state_is_stored_once_the_request_is_out(make_user, llm, monkeypatch) -> None:
     """The prompt's state for the session's next run (microcompact boundary, the last
     request's parts) is written to Redis after the request has left, not on its way; a
