@@ -85,3 +85,46 @@ def new_async_redis() -> aredis.Redis:
         if pool is None:
             pool = _async_pools[loop] = async_pool(settings.REDIS_URL, **_CLIENT_OPTIONS)
     return aredis.Redis(connection_pool=pool)
+
+
+class Sent:
+    """Commands written to Redis whose replies are read later (``replies``): their round trip
+    overlaps what the caller waits for meanwhile (a PostgreSQL statement). redis-py's pipeline
+    writes and reads in one call; this is its two halves, on a connection of the shared pool
+    that stays checked out until the replies are read. Whoever creates one reads its replies,
+    also on error paths (else that connection is not given back). No retry: a connection error
+    is raised, from here or from ``replies``."""
+
+    def __init__(self, commands: list[tuple[Any, ...]]) -> None:
+        self._client = get_redis()
+        self._names = [str(command[0]) for command in commands]
+        self._replies: list[Any] | None = None
+        self._error: BaseException | None = None
+        pool = self._client.connection_pool
+        conn = pool.get_connection()
+        try:
+            conn.send_packed_command(conn.pack_commands(commands))
+        except BaseException:
+            conn.disconnect()
+            pool.release(conn)
+            raise
+        self._conn: Any = conn
+
+    def replies(self) -> list[Any]:
+        """The replies, in order (read once; an error reply or a lost connection raises, now
+        and on every later call)."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                self._replies = [self._client.parse_response(conn, name)
+                                 for name in self._names]
+            except BaseException as exc:
+                conn.disconnect()  # replies left unread: the connection cannot be reused
+                self._error = exc
+            finally:
+                self._client.connection_pool.release(conn)
+        if self._replies is None:
+            assert self._error is not None
+            raise self._error
+        return self._replies
+

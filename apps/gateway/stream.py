@@ -34,7 +34,7 @@ from django.utils import timezone
 
 from rtcagent import keys
 from rtcagent.conf import rtc_setting
-from rtcagent.redis import get_redis
+from rtcagent.redis import Sent, get_redis
 
 from . import livebus
 from .models import TopicEvent
@@ -62,6 +62,25 @@ local low = redis.call('ZRANGE', KEYS[3], 0, 0)
 local mark = off
 if ARGV[4] ~= '1' and #low > 0 then mark = tonumber(low[1]) - 1 end
 return {epoch, off, mark}
+"""
+
+
+# KEYS: epoch, offset, pending, pending-users. ARGV: epoch, offset, user id, seconds. The offset
+# was the last one allocated, less than ``seconds`` ago by Redis's clock: taken back, as if it
+# had never been (1); else 0. ``fill_gaps`` only fills offsets older than ``GAP_GRACE``, so one
+# younger than that was never seen by a filler, and no row can exist for it.
+_GIVE_BACK = """
+local score = redis.call('ZSCORE', KEYS[3], ARGV[2])
+if not score or redis.call('GET', KEYS[1]) ~= ARGV[1]
+    or redis.call('GET', KEYS[2]) ~= ARGV[2] then return 0 end
+local now = redis.call('TIME')
+if tonumber(now[1]) + tonumber(now[2]) / 1e6 - tonumber(score) >= tonumber(ARGV[4]) then
+  return 0
+end
+redis.call('DECR', KEYS[2])
+redis.call('ZREM', KEYS[3], ARGV[2])
+if redis.call('ZCARD', KEYS[3]) == 0 then redis.call('SREM', KEYS[4], ARGV[3]) end
+return 1
 """
 
 
@@ -111,23 +130,66 @@ def allocate(user_id: int) -> Position:
     return dataclasses.replace(_run_position_script(user_id, allocate=True), at=at)
 
 
-def allocate_with(user_id: int, before: Callable[[Any], None]) -> Position:
-    """``allocate``, with ``before`` queueing commands ahead of it on the same pipeline (one
-    round trip). The offset is the caller's to publish (``store(position=...)``), or to give
-    back with ``release`` when it publishes nothing: until then the user's watermark waits on
-    it."""
-    at = time.monotonic()
-    pipe = get_redis().pipeline(transaction=False)
-    before(pipe)
-    pipe.eval(*_position_script(user_id, True))
-    return dataclasses.replace(_position(pipe.execute()[-1]), at=at)
+class Reservation:
+    """A topic offset asked for (``reserve``) and not read yet: ``position`` reads it."""
+
+    def __init__(self, user_id: int, before: list[tuple[Any, ...]]) -> None:
+        self.user_id = user_id
+        self._at = time.monotonic()
+        self._sent = Sent([*before, ("EVAL", *_position_script(user_id, True))])
+        self._position: Position | None = None
+
+    def replies(self) -> list[Any]:
+        """The replies of ``before``'s commands (waits for them, with the offset's)."""
+        return self._sent.replies()[:-1]
+
+    def position(self) -> Position:
+        """The reserved offset (waits for Redis's reply the first time)."""
+        if self._position is None:
+            reply = self._sent.replies()[-1]
+            self._position = dataclasses.replace(_position(reply), at=self._at)
+        return self._position
 
 
-def release(user_id: int, pos: Position) -> None:
-    """Give back an offset of ``allocate_with`` that was never published (its transaction
-    rolled back, or had nothing to say): filled with a gap now rather than after
-    ``GAP_GRACE``, so the user's later publications are not held behind it. Best effort: a
-    failure leaves it to ``fill_gaps``."""
+def reserve(user_id: int, before: list[tuple[Any, ...]] | None = None) -> Reservation:
+    """Ask Redis for the user's next topic offset without waiting for the answer, behind the
+    commands ``before`` (raw, such as ``("DEL", key)``), in one packet: the round trip overlaps
+    the caller's first PostgreSQL statement. The offset is the caller's to publish
+    (``store(position=reservation.position())``), or to give back (``release``, with the
+    reservation or its position) when it publishes nothing: until then the user's watermark
+    waits on it. Whoever reserves reads the answer, on every path (``position``, ``release``).
+    Raises ``redis.RedisError`` when Redis cannot be reached."""
+    return Reservation(user_id, list(before or ()))
+
+
+def release(user_id: int, pos: Position | Reservation) -> None:
+    """Give back an offset of ``reserve`` that was never published (its transaction rolled
+    back, or had nothing to say), so the user's later publications are not held behind it
+    until ``GAP_GRACE``: taken back in Redis when it is still the last one allocated and
+    younger than ``GAP_GRACE / 2`` (nothing written), else filled with a gap now, inside a
+    caller's transaction at its commit (rolled back, the gap filler fills it). Best effort: a
+    failure (the offset never read) leaves it to ``fill_gaps``."""
+    try:
+        pos = pos.position() if isinstance(pos, Reservation) else pos
+    except Exception:
+        log.warning("topic offset of user %s: not read; the gap filler will settle it",
+                    user_id, exc_info=True)
+        return
+    try:
+        if get_redis().eval(_GIVE_BACK, 4, keys.topic_epoch(user_id), keys.topic_offset(user_id),
+                            keys.topic_pending(user_id), keys.topic_pending_users(), pos.epoch,
+                            pos.offset, user_id, rtc_setting("GAP_GRACE") / 2):
+            return
+    except Exception:
+        log.warning("topic offset %s/%s: not taken back; filling it", user_id, pos.offset,
+                    exc_info=True)
+    if connection.in_atomic_block:
+        transaction.on_commit(lambda: _fill(user_id, pos), robust=True)
+    else:
+        _fill(user_id, pos)
+
+
+def _fill(user_id: int, pos: Position) -> None:
     try:
         TopicEvent.objects.bulk_create(
             [TopicEvent(user_id=user_id, epoch=pos.epoch, offset=pos.offset,
@@ -156,7 +218,7 @@ def store(user_id: int, data: dict[str, Any], position: Position | None = None) 
     """Allocate an offset and insert the row, inside the caller's transaction.
 
     ``data`` (an Update) gets its ``offset`` key set to the allocated offset. ``position``:
-    one ``allocate_with`` took already, used first.
+    one ``reserve`` took already, used first.
 
     On the rare race where a slow transaction's offset was already filled with a gap, a fresh
     offset is taken instead of failing the caller's transaction: the insert is

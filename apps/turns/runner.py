@@ -701,30 +701,30 @@ class DjangoTurnPorts:
         and the checkpoint ``cp`` waiting on it (the answer and its calls): the pause costs one
         commit and one publication. Redis gets the checkpoint's copy after the commit, before
         this thread lets the session go (a resume is taken only then); its older copy is
-        dropped before the transaction (``state.checkpoint_invalidate``)."""
+        dropped before the commit (``state.invalidate_reserving``): sent before the
+        transaction, with the Update's topic offset, and read after its first statement."""
         self._check_hold()
         self._confirm()
         self.drop_taken_resumes()  # the previous call's: not this one's, which do not exist yet
-        # with the session's wake-up (``await_result``): a result can only come after the commit;
-        # and the Update's topic offset, taken in the same round trip
-        position = state.checkpoint_invalidate(
-            self.tid, also=(self.hold.wake_key,) if self.hold is not None else (),
-            offset_for=self.user_id)
+        # with the session's wake-up (``await_result``): a result can only come after the commit
+        reservation = state.invalidate_reserving(
+            self.tid, self.user_id,
+            also=(self.hold.wake_key,) if self.hold is not None else ())
         try:
-            saved = self._rtc_transaction(step, call, arguments, cp, position)
+            saved = self._rtc_transaction(step, call, arguments, cp, reservation)
         except BaseException:
-            stream.release(self.user_id, position)  # rolled back: not held behind it
+            stream.release(self.user_id, reservation)  # rolled back: not held behind it
             raise
         state.checkpoint_cache(self.tid, saved)
         return saved["waiting_rtc"]
 
     def _rtc_transaction(self, step: int, call: dict[str, Any], arguments: dict[str, Any],
-                         cp: Checkpoint, position: stream.Position) -> dict[str, Any]:
-        """``create_rtc``'s transaction; its Update takes ``position`` (given back when the
-        transaction has nothing to publish). The checkpoint saved."""
+                         cp: Checkpoint, reservation: stream.Reservation) -> dict[str, Any]:
+        """``create_rtc``'s transaction; its Update takes ``reservation``'s offset (given back
+        when the transaction has nothing to publish). The checkpoint saved."""
         self._gate_session = None
         try:
-            return self._rtc_writes(step, call, arguments, cp, position)
+            return self._rtc_writes(step, call, arguments, cp, reservation)
         except DataError as exc:
             if not isinstance(exc.__cause__, psycopg.errors.DivisionByZero):
                 raise
@@ -732,7 +732,7 @@ class DjangoTurnPorts:
             raise TurnEnded(self.tid) from None
 
     def _rtc_writes(self, step: int, call: dict[str, Any], arguments: dict[str, Any],
-                    cp: Checkpoint, position: stream.Position) -> dict[str, Any]:
+                    cp: Checkpoint, reservation: stream.Reservation) -> dict[str, Any]:
         with batched(), transaction.atomic():  # its inserts go with the next statement
             # One RTC per call message (this step's call): ids like "call_0" recur across the
             # answers of one turn, so the id alone would find an earlier call's RTC.
@@ -767,6 +767,8 @@ class DjangoTurnPorts:
                     data_list.append(rtc_to_dict(rtc))
             saved = {**cp.to_json(), "waiting_rtc": "" if rtc is None else str(rtc.id)}
             state.checkpoint_store(self.tid, saved)
+            # the drop confirmed before the commit; its reply came during the statements above
+            position = state.invalidated(self.tid, reservation)
             published = self._publish(items, data_list, checkpointed=True, position=position)
         if not published:
             stream.release(self.user_id, position)

@@ -36,7 +36,7 @@ import contextlib
 import functools
 import json
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 from django.db import connection
@@ -44,6 +44,9 @@ from django.utils import timezone
 
 from apps.turns.models import Turn, TurnCheckpoint
 from rtcagent.redis import get_redis
+
+if TYPE_CHECKING:
+    from apps.gateway.stream import Position, Reservation
 
 log = logging.getLogger(__name__)
 
@@ -141,8 +144,7 @@ def checkpoint_cache(turn_id: str, data: dict[str, Any]) -> None:
         raise CheckpointNotCached(turn_id) from exc
 
 
-def checkpoint_invalidate(turn_id: str, *, also: tuple[str, ...] = (),
-                          offset_for: int | None = None) -> Any:
+def checkpoint_invalidate(turn_id: str, *, also: tuple[str, ...] = ()) -> None:
     """Before a transaction that stores a newer checkpoint (``checkpoint_store``), whose Redis
     copy can only follow its commit: drop Redis's copy now, so that a crash between that commit
     and the copy leaves none (a load then reads PostgreSQL's) rather than an older one, which
@@ -150,22 +152,41 @@ def checkpoint_invalidate(turn_id: str, *, also: tuple[str, ...] = (),
     asked again might call something else). ``CheckpointNotCached`` when Redis refuses (the
     turn pauses before the transaction; DEL needs no memory, so a full Redis still takes it).
     ``also``: other keys to drop in the same round trip (the session's wake-up,
-    ``Hold.wake_key``). ``offset_for``: a user id whose next topic offset is reserved in the
-    same round trip (``apps.gateway.stream.allocate_with``), returned for the transaction's
-    Update; else None."""
-    keys = (_cp(turn_id), *also)
+    ``Hold.wake_key``). ``invalidate_reserving`` does the same without waiting."""
     try:
-        if offset_for is None:
-            get_redis().delete(*keys)
-            return None
-        from apps.gateway import stream
-
-        return stream.allocate_with(offset_for, lambda pipe: pipe.delete(*keys))
+        get_redis().delete(_cp(turn_id), *also)
     except redis.RedisError as exc:
-        log.error("checkpoint of turn %s: Redis's copy could not be dropped before a save "
-                  "(%s: %s); the turn waits until Redis takes writes", turn_id,
-                  type(exc).__name__, exc)
-        raise CheckpointNotCached(turn_id) from exc
+        raise _not_dropped(turn_id, exc) from exc
+
+
+def invalidate_reserving(turn_id: str, user_id: int, *, also: tuple[str, ...] = ()
+                         ) -> Reservation:
+    """``checkpoint_invalidate``, with the user's next topic offset reserved behind it in one
+    packet, not waited for (``apps.gateway.stream.reserve``): the reservation, whose
+    drop ``invalidated`` confirms before the transaction may commit."""
+    from apps.gateway import stream
+
+    try:
+        return stream.reserve(user_id, [("DEL", _cp(turn_id), *also)])
+    except redis.RedisError as exc:
+        raise _not_dropped(turn_id, exc) from exc
+
+
+def invalidated(turn_id: str, reservation: Reservation) -> Position:
+    """Wait for ``invalidate_reserving``'s drop (``CheckpointNotCached`` when Redis refused or
+    could not be reached); the reserved position."""
+    try:
+        reservation.replies()
+        return reservation.position()
+    except redis.RedisError as exc:
+        raise _not_dropped(turn_id, exc) from exc
+
+
+def _not_dropped(turn_id: str, exc: BaseException) -> CheckpointNotCached:
+    log.error("checkpoint of turn %s: Redis's copy could not be dropped before a save "
+              "(%s: %s); the turn waits until Redis takes writes", turn_id,
+              type(exc).__name__, exc)
+    return CheckpointNotCached(turn_id)
 
 
 def checkpoint_delete(turn_id: str) -> None:

@@ -173,28 +173,90 @@ def test_a_batched_transaction_stores_its_update_with_the_commit(make_user) -> N
 
 
 def test_an_offset_reserved_ahead_is_used_by_its_update_or_given_back(make_user) -> None:
-    """``allocate_with`` reserves an offset in the round trip of other commands; an Update
-    stored with it takes that offset, and one never published is given back (a gap at once,
-    the watermark past it) rather than holding the user's topic until ``GAP_GRACE``."""
+    """``reserve`` asks for an offset behind other commands, in one packet, and the answers
+    are read later; an Update stored with it takes that offset, and one never published is
+    given back (a gap at once, the watermark past it) rather than holding the user's topic
+    until ``GAP_GRACE``, also when its answer was never read before the release."""
     from django.db import transaction
 
     from apps.gateway.events import item, publish_update
+    from apps.sessions.models import Session
     from rtcagent.redis import get_redis
     from rtcagent.rows import batched
 
     user = make_user()
     key = f"test:reserve:{user.id}"
-    reserved = stream.allocate_with(user.id, lambda pipe: pipe.set(key, "1", ex=60))
-    assert get_redis().get(key) in ("1", b"1")  # the queued command ran in the same round trip
+    reservation = stream.reserve(user.id, [("SET", key, "1", "EX", 60)])
     with batched(), transaction.atomic():
+        Session.objects.filter(user_id=user.id).count()  # a statement while Redis answers
+        assert reservation.replies() in (["OK"], [b"OK"], [True])
+        assert get_redis().get(key) in ("1", b"1")  # the command ahead of it ran
+        reserved = reservation.position()
         update = publish_update(user_id=user.id, items=[item("session", "updated", 1)],
                                 data_list=[], position=reserved)
     assert update["offset"] == reserved.offset
+    assert reservation.position() is reserved  # read once
 
-    unused = stream.allocate_with(user.id, lambda pipe: pipe.delete(key))
-    assert stream.position(user.id).watermark == unused.offset - 1  # held behind it
-    stream.release(user.id, unused)
-    assert stream.position(user.id).watermark == unused.offset
-    rows = _positions(user.id)
-    assert [(offset, kind) for offset, kind, _ in rows] == [(reserved.offset, "update"),
-                                                             (unused.offset, "gap")]
+    unused = stream.reserve(user.id, [("DEL", key)])
+    stream.release(user.id, unused)  # never read before: release reads it
+    # still the last one allocated: taken back, as if never asked for (nothing written)
+    assert unused.position().offset == reserved.offset + 1
+    assert get_redis().get(key) is None
+    pos = stream.position(user.id)
+    assert pos.watermark == pos.offset == reserved.offset
+    assert [(offset, kind) for offset, kind, _ in _positions(user.id)] == [
+        (reserved.offset, "update")]
+
+    # one allocated after it: it cannot be taken back, so it is filled with a gap at once
+    first, later = stream.reserve(user.id), stream.reserve(user.id)
+    stream.release(user.id, first)
+    assert stream.position(user.id).watermark == first.position().offset  # not held behind
+    stream.release(user.id, later)  # and this one, now the last, is taken back
+    pos = stream.position(user.id)
+    assert pos.watermark == pos.offset == first.position().offset
+    assert [(offset, kind) for offset, kind, _ in _positions(user.id)] == [
+        (reserved.offset, "update"), (first.position().offset, "gap")]
+
+
+def test_an_offset_older_than_half_the_gap_grace_is_filled_not_taken_back(
+    make_user, settings
+) -> None:
+    """A gap filler may already be filling an allocation older than ``GAP_GRACE``: such an
+    offset is never taken back (its number could be handed out again over the filler's row),
+    even when it is the last one allocated."""
+    settings.RTCAGENT = {**getattr(settings, "RTCAGENT", {}), "GAP_GRACE": 0.2}
+    user = make_user()
+    old = stream.reserve(user.id)
+    old.position()
+    time.sleep(0.15)  # past half the grace
+    stream.release(user.id, old)
+    pos = stream.position(user.id)
+    assert pos.watermark == pos.offset == old.position().offset
+    assert [(offset, kind) for offset, kind, _ in _positions(user.id)] == [
+        (old.position().offset, "gap")]
+
+
+def test_a_release_inside_a_callers_transaction_fills_at_its_commit(make_user) -> None:
+    """A gap written by a release inside an outer transaction goes with that transaction's
+    commit: rolled back, nothing of it stays and the offset is left to the gap filler."""
+    from django.db import transaction
+
+    user = make_user()
+    with transaction.atomic():
+        kept, after = stream.reserve(user.id), stream.reserve(user.id)
+        stream.release(user.id, kept)  # not the last: a gap, at the commit
+        assert not TopicEvent.objects.filter(user_id=user.id).exists()  # not yet
+    assert _positions(user.id)[-1][:2] == (kept.position().offset, "gap")
+
+    class Abandoned(Exception):
+        pass
+
+    with pytest.raises(Abandoned), transaction.atomic():
+        dropped = stream.reserve(user.id)
+        stream.reserve(user.id)
+        stream.release(user.id, dropped)
+        raise Abandoned
+    assert _positions(user.id)[-1][0] == kept.position().offset  # no row for it
+    pos = stream.position(user.id)
+    assert pos.watermark == after.position().offset - 1  # held by ``after``, then ``dropped``
+    assert pos.offset == dropped.position().offset + 1

@@ -258,24 +258,25 @@ def test_a_tool_call_whose_turn_stops_before_its_transaction_leaves_no_hole(
     llm.enqueue({"tool_calls": [{"id": "call_0", "name": "read",
                                  "arguments": {"path": "/a.txt"}}]})
     sent = _send(user, "hi")
-    original = state.checkpoint_invalidate
+    original = state.invalidate_reserving
     reserved = []
 
-    def stopped_meanwhile(turn_id: str, **kwargs: Any) -> Any:
-        found = original(turn_id, **kwargs)
+    def stopped_meanwhile(turn_id: str, user_id: int, **kwargs: Any) -> Any:
+        found = original(turn_id, user_id, **kwargs)
         reserved.append(found)
         turn_stop(user_id=user.id, session_id=sent.session.id)  # cancels the pending turn
         return found
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(state, "checkpoint_invalidate", stopped_meanwhile)
+        mp.setattr(state, "invalidate_reserving", stopped_meanwhile)
         _run_next(_worker(llm))
     turn = Turn.objects.get(pk=sent.turn.id)
     assert turn.status == "cancelled"
     assert not Rtc.objects.filter(turn_id=turn.id).exists()
     assert list(Message.objects.filter(turn=turn).values_list("content__type", flat=True)) == [
         "text"]
-    (position,) = reserved
+    (reservation,) = reserved
+    position = reservation.position()
     pos = stream.position(user.id)
     assert pos.watermark == pos.offset  # nothing pending: the reserved offset was given back
     kinds = dict(TopicEvent.objects.filter(user_id=user.id).values_list("offset", "kind"))
