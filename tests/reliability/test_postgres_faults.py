@@ -215,9 +215,11 @@ async def test_postgresql_restarted_while_the_model_streams(pg_stack: PgStack, m
         assert turn["status"] == "completed", pg_stack.workers.output()[-3000:]
         (answer,) = tab.messages(sid, "markdown")
         assert answer["content"]["data"] == text and answer["streaming_status"] == "completed"
-        # the answer's final write failed with the restart; the sweeper re-ran the step
-        first, again = [r for r in model.requests if "story" in str(r.body["messages"])]
-        assert first.body["messages"] == again.body["messages"]
+        # the answer's final write failed with the restart; the step was run again, with the
+        # same prompt (twice more when the first rerun still met PostgreSQL restarting: seen
+        # once under CI's load), and only one answer was stored (the ledger below)
+        first, *again = [r for r in model.requests if "story" in str(r.body["messages"])]
+        assert again and all(r.body["messages"] == first.body["messages"] for r in again)
         await assert_replay_matches(tab, [sid])
         (statuses,) = stream_history(tab, "turn").values()
         assert statuses.count("updated:completed") == 1
