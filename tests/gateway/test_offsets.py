@@ -175,8 +175,9 @@ def test_a_batched_transaction_stores_its_update_with_the_commit(make_user) -> N
 def test_an_offset_reserved_ahead_is_used_by_its_update_or_given_back(make_user) -> None:
     """``reserve`` asks for an offset behind other commands, in one packet, and the answers
     are read later; an Update stored with it takes that offset, and one never published is
-    given back (a gap at once, the watermark past it) rather than holding the user's topic
-    until ``GAP_GRACE``, also when its answer was never read before the release."""
+    given back at once rather than holding the user's topic until ``GAP_GRACE`` (taken back
+    while it is the last one allocated, else filled with a gap), also when its answer was
+    never read before the release."""
     from django.db import transaction
 
     from apps.gateway.events import item, publish_update
